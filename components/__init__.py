@@ -1,0 +1,1 @@
+"""Pulumi ComponentResources of gpu-tenancy, one concept per module."""

@@ -1,0 +1,96 @@
+"""The management cluster's services: cert-manager, MetalLB with the VIP pool, and Kamaji."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from gpu_tenancy.config import Versions
+
+from .helm import chart
+
+POOL_NAME = "gpu-tenancy"
+METALLB_NAMESPACE = "metallb-system"
+KAMAJI_NAMESPACE = "kamaji-system"  # the TCP CRD hard-codes its webhook service namespace to this
+
+
+class ManagementCluster(pulumi.ComponentResource):
+    """What Kamaji needs to run tenant control planes, installed through ``provider``."""
+
+    kamaji: k8s.helm.v3.Release
+    load_balancer: list[pulumi.Resource]
+
+    def __init__(
+        self,
+        name: str,
+        versions: Versions,
+        pool: pulumi.Input[str] | None,
+        provider: k8s.Provider,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(
+            "gpu-tenancy:management:ManagementCluster",
+            name,
+            None,
+            pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(providers=[provider])),
+        )
+        child = pulumi.ResourceOptions(parent=self)
+
+        # Kamaji's webhook serving certificate and its etcd certificates are cert-manager's.
+        cert_manager = chart(
+            f"{name}-cert-manager",
+            "cert-manager",
+            "certManager",
+            versions.cert_manager,
+            "cert-manager",
+            {"crds": {"enabled": True}},
+            child,
+        )
+
+        self.load_balancer = []
+        if pool is not None:
+            metallb = chart(
+                f"{name}-metallb",
+                "metallb",
+                "metallb",
+                versions.metallb.removeprefix("v"),
+                METALLB_NAMESPACE,
+                {},
+                child,
+            )
+            # The pool is validated by MetalLB's webhook, which serves only once the release is
+            # ready; creating it earlier fails with 'failed calling webhook
+            # "ipaddresspoolvalidationwebhook.metallb.io"' (metallb/metallb#1597).
+            after_metallb = pulumi.ResourceOptions(parent=self, depends_on=[metallb])
+            address_pool = k8s.apiextensions.CustomResource(
+                f"{name}-address-pool",
+                api_version="metallb.io/v1beta1",
+                kind="IPAddressPool",
+                metadata={"name": POOL_NAME, "namespace": METALLB_NAMESPACE},
+                spec={"addresses": [pool], "autoAssign": True},
+                opts=after_metallb,
+            )
+            advertisement = k8s.apiextensions.CustomResource(
+                f"{name}-l2-advertisement",
+                api_version="metallb.io/v1beta1",
+                kind="L2Advertisement",
+                metadata={"name": POOL_NAME, "namespace": METALLB_NAMESPACE},
+                spec={"ipAddressPools": [POOL_NAME]},
+                opts=after_metallb,
+            )
+            self.load_balancer = [address_pool, advertisement]
+
+        # `resources: null` as in Kamaji's kind guide: the chart's default limits starve the
+        # controller (clastix/kamaji#664). Helm drops a key only when it is null, hence
+        # allow_null_values. The chart's kamaji-etcd is the default DataStore.
+        self.kamaji = chart(
+            f"{name}-kamaji",
+            "kamaji",
+            "kamaji",
+            versions.kamaji,
+            KAMAJI_NAMESPACE,
+            {"resources": None},
+            pulumi.ResourceOptions(parent=self, depends_on=[cert_manager]),
+            allow_null_values=True,
+        )
+        self.register_outputs({})

@@ -1,0 +1,41 @@
+"""Reading ``gpu-tenancy:*`` from the Pulumi stack and failing cleanly on bad values."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pulumi
+from pulumi.runtime.config import CONFIG, get_config_env
+
+from gpu_tenancy.config import CONFIG_NAMESPACE, ConfigError, StackConfig
+
+
+class StackConfigError(pulumi.RunError):
+    """A configuration error; RunError makes Pulumi print the message without a traceback."""
+
+
+def read_stack_config() -> StackConfig:
+    """Every key of the ``gpu-tenancy`` namespace, validated; unknown keys are errors too."""
+    prefix = f"{CONFIG_NAMESPACE}:"
+    # The SDK offers no listing of config keys; both places it reads config from are consulted so
+    # that a typo such as `gpu-tenancy:tenant` is reported instead of silently ignored.
+    keys = {key for key in (*get_config_env(), *CONFIG.get()) if key.startswith(prefix)}
+    config = pulumi.Config(CONFIG_NAMESPACE)
+    raw: dict[str, Any] = {}
+    for key in sorted(keys):
+        name = key[len(prefix) :]
+        value = config.get(name)
+        try:
+            raw[name] = json.loads(value) if value is not None else None
+        except json.JSONDecodeError:
+            raw[name] = value
+    try:
+        return StackConfig.load(raw)
+    except ConfigError as error:
+        raise StackConfigError(str(error)) from None
+
+
+def fail(error: ConfigError) -> StackConfigError:
+    """For checks that can only run once a live value (the kind subnet) is known."""
+    return StackConfigError(str(error))

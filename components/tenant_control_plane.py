@@ -1,0 +1,168 @@
+"""A tenant's control plane: a Kamaji TenantControlPlane behind a fixed LoadBalancer VIP."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pulumi_kubernetes import _utilities as k8s_utilities
+
+from gpu_tenancy.config import Tenant
+
+API_PORT = 6443
+KONNECTIVITY_PORT = 8132
+TENANT_LABEL = "gpu-tenancy.io/tenant"
+
+# Kamaji's TCP has no conditions; its own e2e waits on this field (clastix/kamaji:e2e/utils_test.go).
+# The kube-proxy and Konnectivity addons must exist too: the tenant's network patches kube-proxy and
+# the HAMi webhook is reached only through Konnectivity.
+READY = json.dumps(
+    [
+        "jsonpath={.status.kubernetesResources.version.status}=Ready",
+        "jsonpath={.status.addons.kubeProxy.enabled}=true",
+        "jsonpath={.status.addons.konnectivity.enabled}=true",
+    ]
+)
+
+# Kubelet settings for nodes that are containers (kindest/node): the values kind itself uses, since
+# a laptop has swap and often a fuller disk than kubelet's eviction defaults tolerate.
+NESTED_KUBELET_PATCHES: list[dict[str, Any]] = [
+    {"op": "add", "path": "/failSwapOn", "value": False},
+    {"op": "add", "path": "/imageGCHighThresholdPercent", "value": 100},
+    {
+        "op": "add",
+        "path": "/evictionHard",
+        "value": {"nodefs.available": "0%", "nodefs.inodesFree": "0%", "imagefs.available": "0%"},
+    },
+]
+
+
+def control_plane_spec(
+    tenant: Tenant, vip: pulumi.Input[str], konnectivity_version: str | None, nested_nodes: bool
+) -> dict[str, Any]:
+    """The TenantControlPlane ``spec`` (kamaji.clastix.io/v1alpha1)."""
+    konnectivity: dict[str, Any] = {"server": {"port": KONNECTIVITY_PORT}, "agent": {"mode": "DaemonSet"}}
+    if konnectivity_version:
+        konnectivity["server"]["version"] = konnectivity_version
+        konnectivity["agent"]["version"] = konnectivity_version
+    kubelet_patches = [{"op": "replace", "path": "/cgroupDriver", "value": "systemd"}]
+    if nested_nodes:
+        kubelet_patches += NESTED_KUBELET_PATCHES
+    return {
+        "controlPlane": {
+            "deployment": {
+                # One management node: a second replica costs memory and buys no availability.
+                "replicas": 1,
+                "additionalMetadata": {"labels": {TENANT_LABEL: tenant.name}},
+            },
+            "service": {
+                "serviceType": "LoadBalancer",
+                "additionalMetadata": {
+                    "labels": {TENANT_LABEL: tenant.name},
+                    # MetalLB >= 0.13 reads the requested address from this annotation.
+                    "annotations": {"metallb.io/loadBalancerIPs": vip},
+                },
+            },
+        },
+        "kubernetes": {
+            "version": tenant.kubernetes_version,
+            "kubelet": {"configurationJSONPatches": kubelet_patches},
+        },
+        "networkProfile": {
+            "address": vip,
+            "port": API_PORT,
+            "podCidrs": [str(tenant.pod_cidr)],
+            "serviceCidrs": [str(tenant.service_cidr)],
+        },
+        "addons": {"coreDNS": {}, "kubeProxy": {}, "konnectivity": konnectivity},
+    }
+
+
+class _TenantControlPlaneResource(pulumi.CustomResource):
+    """The TCP as a custom resource whose ``status`` the program can read.
+
+    The SDK's ``apiextensions.CustomResource`` exposes no ``status``; a ``None`` input is not sent
+    to the provider but the engine resolves the output onto it.
+    """
+
+    status: pulumi.Output[dict[str, Any]]
+
+    def __init__(self, name: str, metadata: dict[str, Any], spec: dict[str, Any], opts: pulumi.ResourceOptions) -> None:
+        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(version=k8s_utilities.get_version()))
+        super().__init__(
+            "kubernetes:kamaji.clastix.io/v1alpha1:TenantControlPlane",
+            name,
+            {
+                "apiVersion": "kamaji.clastix.io/v1alpha1",
+                "kind": "TenantControlPlane",
+                "metadata": metadata,
+                "spec": spec,
+                "status": None,
+            },
+            opts,
+        )
+
+
+class TenantControlPlane(pulumi.ComponentResource):
+    """Namespace and TCP in the management cluster; the tenant's admin kubeconfig and provider."""
+
+    kubeconfig: pulumi.Output[str]
+    endpoint: pulumi.Output[str]
+    namespace: str
+    provider: k8s.Provider
+
+    def __init__(
+        self,
+        name: str,
+        tenant: Tenant,
+        vip: pulumi.Input[str],
+        management: k8s.Provider,
+        konnectivity_version: str | None,
+        nested_nodes: bool,
+        depends_on: list[pulumi.Resource],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(
+            "gpu-tenancy:tenant:TenantControlPlane",
+            name,
+            None,
+            pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(providers=[management])),
+        )
+        self.namespace = tenant.name
+        labels = {TENANT_LABEL: tenant.name}
+        namespace = k8s.core.v1.Namespace(
+            f"{name}-namespace",
+            metadata={"name": self.namespace, "labels": labels},
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        tcp = _TenantControlPlaneResource(
+            name,
+            metadata={
+                "name": tenant.name,
+                "namespace": namespace.metadata["name"],
+                "labels": {**labels, "tenant.clastix.io": tenant.name},
+                "annotations": {"pulumi.com/waitFor": READY},
+            },
+            spec=control_plane_spec(tenant, vip, konnectivity_version, nested_nodes),
+            # Kamaji's CRD and webhooks come with its release; the LoadBalancer address with MetalLB's pool.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on, custom_timeouts=pulumi.CustomTimeouts(create="20m")),
+        )
+        # Kamaji names the Secret in the TCP's status; reading it by that output defers the read
+        # until the TCP exists, so a preview of a fresh stack does not look for it.
+        admin = k8s.core.v1.Secret.get(
+            f"{name}-admin-kubeconfig",
+            tcp.status.apply(lambda status: f"{self.namespace}/{status['kubeconfig']['admin']['secretName']}"),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[tcp]),
+        )
+        self.kubeconfig = pulumi.Output.secret(admin.data.apply(lambda data: base64.b64decode(data["admin.conf"]).decode()))
+        self.endpoint = pulumi.Output.concat("https://", vip, f":{API_PORT}")
+        self.provider = k8s.Provider(
+            name,
+            kubeconfig=self.kubeconfig,
+            delete_unreachable=True,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.register_outputs({"kubeconfig": self.kubeconfig, "endpoint": self.endpoint})

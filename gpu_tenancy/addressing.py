@@ -1,0 +1,117 @@
+"""Address planning: the MetalLB pool, tenant VIPs, and which ranges must not overlap."""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+IPv4 = ipaddress.IPv4Address
+Network = ipaddress.IPv4Network
+
+
+@dataclass(frozen=True)
+class AddressPool:
+    """An inclusive IPv4 range, the form MetalLB's IPAddressPool takes (``a.b.c.d-e.f.g.h``)."""
+
+    first: IPv4
+    last: IPv4
+
+    @classmethod
+    def parse(cls, text: str) -> AddressPool:
+        """Accept ``first-last`` or a CIDR; raise ValueError with a message fit for a user."""
+        text = text.strip()
+        if "-" in text:
+            first_text, _, last_text = text.partition("-")
+            try:
+                first = ipaddress.IPv4Address(first_text.strip())
+                last = ipaddress.IPv4Address(last_text.strip())
+            except ValueError:
+                raise ValueError(f"{text!r} is not an IPv4 range; use first-last, e.g. 172.18.255.200-172.18.255.250") from None
+            if first > last:
+                raise ValueError(f"{text!r} starts after it ends")
+            return cls(first, last)
+        try:
+            network = ipaddress.IPv4Network(text, strict=True)
+        except ValueError:
+            raise ValueError(f"{text!r} is not an IPv4 range or CIDR; use e.g. 172.18.255.200-172.18.255.250") from None
+        return cls(network.network_address, network.broadcast_address)
+
+    def __str__(self) -> str:
+        return f"{self.first}-{self.last}"
+
+    def __contains__(self, address: object) -> bool:
+        return isinstance(address, IPv4) and self.first <= address <= self.last
+
+    def __len__(self) -> int:
+        return int(self.last) - int(self.first) + 1
+
+    def address(self, offset: int) -> IPv4:
+        return IPv4(int(self.first) + offset)
+
+    def networks(self) -> Iterator[Network]:
+        return ipaddress.summarize_address_range(self.first, self.last)
+
+    def overlaps(self, network: Network) -> bool:
+        return any(part.overlaps(network) for part in self.networks())
+
+
+def ipv4_subnet(subnets: str) -> Network:
+    """Pick the IPv4 subnet out of ``docker network inspect``'s IPAM subnets.
+
+    kind's network is dual-stack on hosts with IPv6, so the IPAM config lists an IPv6 subnet
+    too; taking the first entry blindly is the "invalid CIDR" failure Kamaji's kind guide warns
+    about (clastix/kamaji:docs/content/getting-started/kamaji-kind.md, troubleshooting).
+    """
+    for token in subnets.replace(",", " ").split():
+        try:
+            network = ipaddress.ip_network(token, strict=False)
+        except ValueError:
+            continue
+        if isinstance(network, Network):
+            return network
+    raise ValueError(f"no IPv4 subnet in the kind network's IPAM config: {subnets.strip()!r}")
+
+
+def pool_for_subnet(subnet: Network) -> AddressPool:
+    """The pool Kamaji's kind guide uses: .200-.250 of the subnet's last /24.
+
+    Docker hands out container addresses from the bottom of the subnet, so the top /24 stays free
+    for MetalLB on any subnet of /24 or larger.
+    """
+    if subnet.prefixlen > 24:
+        raise ValueError(f"the kind network {subnet} is smaller than a /24; pin gpu-tenancy:network.pool")
+    last_24 = int(subnet.broadcast_address) & ~0xFF
+    return AddressPool(IPv4(last_24 + 200), IPv4(last_24 + 250))
+
+
+def _slot(name: str, size: int) -> int:
+    digest = hashlib.sha256(name.encode()).digest()
+    return int.from_bytes(digest[:8], "big") % size
+
+
+def assign_vips(pool: AddressPool, tenants: Iterable[tuple[str, IPv4 | None]]) -> dict[str, IPv4]:
+    """Give every tenant a VIP: its pinned one, else a slot derived from its name.
+
+    A tenant's slot is a hash of its name, so adding or removing another tenant does not move it;
+    only a hash collision makes a tenant take the next free address, in config order. Pin ``vip``
+    to rule that out too.
+    """
+    tenants = list(tenants)
+    taken: set[IPv4] = {vip for _, vip in tenants if vip is not None}
+    assigned: dict[str, IPv4] = {}
+    for name, vip in tenants:
+        if vip is not None:
+            assigned[name] = vip
+            continue
+        start = _slot(name, len(pool))
+        for step in range(len(pool)):
+            candidate = pool.address((start + step) % len(pool))
+            if candidate not in taken:
+                break
+        else:
+            raise ValueError(f"the MetalLB pool {pool} has no free address left for tenant {name!r}")
+        taken.add(candidate)
+        assigned[name] = candidate
+    return assigned

@@ -1,0 +1,371 @@
+"""The stack configuration contract (namespace ``gpu-tenancy``), validated before any resource exists.
+
+``StackConfig.load(raw)`` takes the stack's config keys as plain values (what
+``pulumi.Config().get_object`` returns) and either returns a frozen model or raises
+``ConfigError``, whose message names every offending key path and what is allowed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Annotated, Any, ClassVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from . import addressing, gpus, versions
+
+CONFIG_NAMESPACE = "gpu-tenancy"
+
+_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_1123 = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_KUBE_VERSION = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
+_IMAGE = re.compile(r"^[a-z0-9]+(?:[._/-][a-z0-9]+)*(?::[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(?:@sha256:[a-f0-9]{64})?$")
+
+
+class ConfigError(Exception):
+    """Stack configuration that cannot be deployed; ``problems`` holds (key path, message) pairs."""
+
+    def __init__(self, problems: Iterable[tuple[str, str]]) -> None:
+        self.problems = list(problems)
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        lines = [f"  {path}: {message}" if path else f"  {message}" for path, message in self.problems]
+        return f"invalid {CONFIG_NAMESPACE} stack configuration:\n" + "\n".join(lines)
+
+
+def _dns_1035(value: str) -> str:
+    if not _DNS_1035.match(value):
+        raise ValueError(
+            f"{value!r} is not a DNS-1035 label: lowercase letters, digits and '-', "
+            "starting with a letter, ending with a letter or digit, at most 63 characters"
+        )
+    return value
+
+
+def _dns_1123(value: str) -> str:
+    if not _DNS_1123.match(value):
+        raise ValueError(
+            f"{value!r} is not a DNS-1123 label: lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit, at most 63 characters"
+        )
+    return value
+
+
+def kubernetes_minor(version: str) -> tuple[int, int]:
+    match = _KUBE_VERSION.match(version)
+    if not match:
+        raise ValueError(f"{version!r} is not a Kubernetes version of the form vX.Y.Z, e.g. v1.36.4")
+    return int(match[1]), int(match[2])
+
+
+def _kubernetes_version(value: str) -> str:
+    if kubernetes_minor(value) > versions.MAX_KUBERNETES_MINOR:
+        newest = "v{}.{}".format(*versions.MAX_KUBERNETES_MINOR)
+        raise ValueError(f"{value} is newer than Kamaji supports; use {newest}.x or older")
+    return value
+
+
+def _pinned_image(value: str) -> str:
+    if not _IMAGE.match(value) or (":" not in value.rsplit("/", 1)[-1] and "@" not in value):
+        raise ValueError(f"{value!r} is not an image with an explicit tag or digest, e.g. kindest/node:v1.36.4")
+    if value.split("@", maxsplit=1)[0].endswith(":latest"):
+        raise ValueError(f"{value!r} uses the moving tag 'latest'; pin a version or digest")
+    return value
+
+
+def _pool(value: str) -> str:
+    addressing.AddressPool.parse(value)
+    return value
+
+
+def _version(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value
+
+
+DnsLabel = Annotated[str, AfterValidator(_dns_1035)]
+HostLabel = Annotated[str, AfterValidator(_dns_1123)]
+KubernetesVersion = Annotated[str, AfterValidator(_kubernetes_version)]
+PinnedImage = Annotated[str, AfterValidator(_pinned_image)]
+ChartVersion = Annotated[str, AfterValidator(_version)]
+
+
+class _Model(BaseModel):
+    """Config models: camelCase keys, unknown keys rejected with the allowed ones listed."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            allowed = [field.alias or name for name, field in cls.model_fields.items()]
+            unknown = [key for key in data if key not in allowed and key not in cls.model_fields]
+            if unknown:
+                raise ValueError(
+                    f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; allowed: {', '.join(allowed)}"
+                )
+        return data
+
+
+class Management(_Model):
+    name: DnsLabel = "kamaji"
+    node_image: PinnedImage = versions.DEFAULT_NODE_IMAGE
+
+
+class Versions(_Model):
+    cert_manager: ChartVersion = versions.DEFAULT_CHART_VERSIONS["certManager"]
+    metallb: ChartVersion = versions.DEFAULT_CHART_VERSIONS["metallb"]
+    kamaji: ChartVersion = versions.DEFAULT_CHART_VERSIONS["kamaji"]
+    kamaji_etcd: ChartVersion = versions.DEFAULT_CHART_VERSIONS["kamajiEtcd"]
+    hami: ChartVersion = versions.DEFAULT_CHART_VERSIONS["hami"]
+    calico: ChartVersion = versions.DEFAULT_CHART_VERSIONS["calico"]
+    # Kamaji pairs Konnectivity with the tenant minor (v0.<minor>.0); pin an older one here when
+    # that image is not yet published for the newest Kubernetes minor.
+    konnectivity: ChartVersion | None = None
+
+
+class Network(_Model):
+    pool: Annotated[str, AfterValidator(_pool)] | None = None
+
+    @cached_property
+    def address_pool(self) -> addressing.AddressPool | None:
+        return addressing.AddressPool.parse(self.pool) if self.pool else None
+
+
+class Gpu(_Model):
+    model: str
+    count: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _known_model(self) -> Gpu:
+        if self.model not in gpus.CATALOGUE:
+            raise ValueError(f"unknown GPU model {self.model!r}; known models: {gpus.known_models()}")
+        return self
+
+
+class Worker(_Model):
+    name: HostLabel
+    gpus: list[Gpu] = []
+
+    @cached_property
+    def cards(self) -> list[gpus.Card]:
+        return gpus.worker_cards(self.name, [(gpu.model, gpu.count) for gpu in self.gpus])
+
+
+class Quota(_Model):
+    gpumem: int = Field(ge=0, description="MiB, summed over the tenant's GPU pods")
+    gpucores: int = Field(ge=0, description="percent of a card, summed over the tenant's GPU pods")
+    namespace: DnsLabel = "default"
+
+
+class Tenant(_Model):
+    name: DnsLabel
+    kubernetes_version: KubernetesVersion = versions.DEFAULT_KUBERNETES_VERSION
+    vip: ipaddress.IPv4Address | None = None
+    pod_cidr: ipaddress.IPv4Network = ipaddress.IPv4Network("10.244.0.0/16")
+    service_cidr: ipaddress.IPv4Network = ipaddress.IPv4Network("10.96.0.0/16")
+    workers: list[Worker] = []
+    quota: Quota | None = None
+
+    @property
+    def cards(self) -> list[gpus.Card]:
+        return [card for worker in self.workers for card in worker.cards]
+
+
+class StackConfig(_Model):
+    """The whole ``gpu-tenancy:*`` namespace of one stack."""
+
+    KEYS: ClassVar[tuple[str, ...]] = ("management", "versions", "network", "tenants")
+
+    management: Management = Management()
+    versions: Versions = Versions()
+    network: Network = Network()
+    tenants: list[Tenant] = []
+
+    @classmethod
+    def load(cls, raw: dict[str, Any]) -> StackConfig:
+        """Validate the stack's ``gpu-tenancy`` keys (without the namespace prefix)."""
+        try:
+            config = cls.model_validate(raw)
+        except ValidationError as error:
+            raise ConfigError(_pydantic_problems(error)) from None
+        problems = list(config._cross_checks())
+        if problems:
+            raise ConfigError(problems)
+        return config
+
+    def tenant(self, name: str) -> Tenant:
+        return next(tenant for tenant in self.tenants if tenant.name == name)
+
+    def _cross_checks(self) -> Iterable[tuple[str, str]]:
+        yield from self._unique_names()
+        yield from self._vips()
+        yield from self._cidrs()
+        yield from self._quotas()
+
+    def _unique_names(self) -> Iterable[tuple[str, str]]:
+        seen: dict[str, int] = {}
+        for i, tenant in enumerate(self.tenants):
+            if tenant.name in seen:
+                yield f"tenants[{i}].name", f"{tenant.name!r} is already used by tenants[{seen[tenant.name]}]"
+            seen.setdefault(tenant.name, i)
+        # Workers become docker containers and node names, so their names share one namespace
+        # with the kind node container.
+        owners: dict[str, str] = {f"{self.management.name}-control-plane": "the kind management node"}
+        for i, tenant in enumerate(self.tenants):
+            for j, worker in enumerate(tenant.workers):
+                path = f"tenants[{i}].workers[{j}].name"
+                if worker.name in owners:
+                    yield path, f"{worker.name!r} is already used by {owners[worker.name]}; worker names are unique per stack"
+                owners.setdefault(worker.name, path)
+
+    def _vips(self) -> Iterable[tuple[str, str]]:
+        pool = self.network.address_pool
+        seen: dict[ipaddress.IPv4Address, int] = {}
+        problems: list[tuple[str, str]] = []
+        for i, tenant in enumerate(self.tenants):
+            if tenant.vip is None:
+                continue
+            if tenant.vip in seen:
+                problems.append((f"tenants[{i}].vip", f"{tenant.vip} is already the VIP of tenants[{seen[tenant.vip]}]"))
+            seen.setdefault(tenant.vip, i)
+            if pool is not None and tenant.vip not in pool:
+                problems.append((f"tenants[{i}].vip", f"{tenant.vip} lies outside the MetalLB pool {pool} (network.pool)"))
+        if pool is not None and not problems:
+            try:
+                addressing.assign_vips(pool, [(t.name, t.vip) for t in self.tenants])
+            except ValueError as error:
+                problems.append(("network.pool", str(error)))
+        return problems
+
+    def _cidrs(self) -> Iterable[tuple[str, str]]:
+        pool = self.network.address_pool
+        vips = self.known_vips()
+        for i, tenant in enumerate(self.tenants):
+            ranges = (("podCidr", tenant.pod_cidr), ("serviceCidr", tenant.service_cidr))
+            if tenant.pod_cidr.overlaps(tenant.service_cidr):
+                yield f"tenants[{i}].serviceCidr", f"{tenant.service_cidr} overlaps podCidr {tenant.pod_cidr}"
+            for key, cidr in ranges:
+                if pool is not None and pool.overlaps(cidr):
+                    yield f"tenants[{i}].{key}", f"{cidr} overlaps the MetalLB pool {pool} on the node network"
+                for owner, vip in vips.items():
+                    if vip in cidr:
+                        yield f"tenants[{i}].{key}", f"{cidr} contains {owner}'s VIP {vip}"
+
+    def _quotas(self) -> Iterable[tuple[str, str]]:
+        for i, tenant in enumerate(self.tenants):
+            if tenant.quota is None:
+                continue
+            memory, cores = gpus.inventory_totals(tenant.cards)
+            if tenant.quota.gpumem > memory:
+                yield (
+                    f"tenants[{i}].quota.gpumem",
+                    (f"{tenant.quota.gpumem} MiB exceeds the tenant's GPU memory ({memory} MiB on its workers)"),
+                )
+            if tenant.quota.gpucores > cores:
+                yield (
+                    f"tenants[{i}].quota.gpucores",
+                    (f"{tenant.quota.gpucores}% exceeds the tenant's GPU cores ({cores}% = 100 per card)"),
+                )
+
+    def known_vips(self) -> dict[str, ipaddress.IPv4Address]:
+        """VIPs known before deployment: all of them with a pinned pool, else the pinned ones."""
+        pool = self.network.address_pool
+        if pool is not None:
+            try:
+                return addressing.assign_vips(pool, [(t.name, t.vip) for t in self.tenants])
+            except ValueError:
+                pass
+        return {t.name: t.vip for t in self.tenants if t.vip is not None}
+
+
+@dataclass(frozen=True)
+class AddressPlan:
+    """Where MetalLB announces and which VIP each tenant's API server gets."""
+
+    pool: addressing.AddressPool
+    vips: dict[str, ipaddress.IPv4Address]
+    node_network: ipaddress.IPv4Network | None = None
+
+
+def address_plan(config: StackConfig, node_subnets: str | None = None) -> AddressPlan:
+    """Plan the pool and VIPs, checking what needs the live node network when it is known.
+
+    ``node_subnets`` is what ``docker network inspect kind`` reports as IPAM subnets; it exists
+    only once kind has created its network, so a preview on an empty host passes None and these
+    checks run again on ``pulumi up`` before any tenant resource is created.
+    """
+    problems: list[tuple[str, str]] = []
+    subnet = None
+    if node_subnets is not None:
+        try:
+            subnet = addressing.ipv4_subnet(node_subnets)
+        except ValueError as error:
+            raise ConfigError([("network", str(error))]) from None
+    pool = config.network.address_pool
+    if pool is None:
+        if subnet is None:
+            raise ConfigError([("network.pool", "is required when no kind network provides one")])
+        try:
+            pool = addressing.pool_for_subnet(subnet)
+        except ValueError as error:
+            raise ConfigError([("network.pool", str(error))]) from None
+        for i, tenant in enumerate(config.tenants):
+            if tenant.vip is not None and tenant.vip not in pool:
+                problems.append(
+                    (
+                        f"tenants[{i}].vip",
+                        f"{tenant.vip} lies outside the MetalLB pool {pool} derived from the kind network {subnet}",
+                    )
+                )
+    elif subnet is not None and not all(part.subnet_of(subnet) for part in pool.networks()):
+        problems.append(("network.pool", f"{pool} is not inside the kind network {subnet}, where MetalLB answers ARP"))
+    if subnet is not None:
+        for i, tenant in enumerate(config.tenants):
+            for key, cidr in (("podCidr", tenant.pod_cidr), ("serviceCidr", tenant.service_cidr)):
+                if cidr.overlaps(subnet):
+                    problems.append((f"tenants[{i}].{key}", f"{cidr} overlaps the node network {subnet}"))
+    if problems:
+        raise ConfigError(problems)
+    try:
+        vips = addressing.assign_vips(pool, [(t.name, t.vip) for t in config.tenants])
+    except ValueError as error:
+        raise ConfigError([("network.pool", str(error))]) from None
+    for i, tenant in enumerate(config.tenants):
+        for key, cidr in (("podCidr", tenant.pod_cidr), ("serviceCidr", tenant.service_cidr)):
+            problems.extend(
+                (f"tenants[{i}].{key}", f"{cidr} contains {owner}'s VIP {vip}") for owner, vip in vips.items() if vip in cidr
+            )
+    if problems:
+        raise ConfigError(problems)
+    return AddressPlan(pool, vips, subnet)
+
+
+def _pydantic_problems(error: ValidationError) -> list[tuple[str, str]]:
+    problems = []
+    for item in error.errors(include_url=False):
+        path = ""
+        for part in item["loc"]:
+            path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        message = item["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        if item["type"] == "missing":
+            message = "is required"
+        elif isinstance(item.get("input"), str | int | float) and repr(item["input"]) not in message:
+            message = f"{message} (got {item['input']!r})"
+        problems.append((path, message))
+    return problems

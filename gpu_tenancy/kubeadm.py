@@ -1,0 +1,82 @@
+"""kubeadm's join material, computed the way kubeadm computes it, without kubeadm on the host."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+from typing import Final
+
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+# kubeadm's default node token group and the usages a join token needs
+# (k8s.io/kubernetes:cmd/kubeadm/app/constants NodeBootstrapTokenAuthGroup, DefaultTokenUsages).
+NODE_BOOTSTRAP_GROUP: Final = "system:bootstrappers:kubeadm:default-node-token"
+TOKEN_USAGES: Final = ("authentication", "signing")
+TOKEN_ID_PATTERN: Final = re.compile(r"^[a-z0-9]{6}$")
+TOKEN_SECRET_PATTERN: Final = re.compile(r"^[a-z0-9]{16}$")
+BOOTSTRAP_SECRET_TYPE: Final = "bootstrap.kubernetes.io/token"
+
+# Nested kindest/node containers often lack the cpuset cgroup controller, which kubeadm's
+# SystemVerification preflight reports as an error; that is the only check a nested node fails
+# (kubernetes-sigs/kind and clastix/kamaji e2e both skip it). Real hosts keep every check.
+NESTED_NODE_PREFLIGHT_IGNORES: Final = ("SystemVerification",)
+
+
+def discovery_token_ca_cert_hash(ca_pem: str) -> str:
+    """``sha256:<hex>`` over the CA's DER SubjectPublicKeyInfo, as ``kubeadm token create --print-join-command``.
+
+    kubeadm hashes ``x509.Certificate.RawSubjectPublicKeyInfo``
+    (k8s.io/kubernetes:cmd/kubeadm/app/util/pubkeypin/pubkeypin.go); DER is canonical, so
+    re-encoding the parsed public key yields the same bytes.
+    """
+    certificate = x509.load_pem_x509_certificate(ca_pem.encode())
+    spki = certificate.public_key().public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+    return "sha256:" + hashlib.sha256(spki).hexdigest()
+
+
+def bootstrap_token_secret(token_id: str, token_secret: str, expiration: str, description: str) -> dict[str, str]:
+    """``stringData`` of Secret ``kube-system/bootstrap-token-<id>`` (k8s.io/cluster-bootstrap/token/api)."""
+    if not TOKEN_ID_PATTERN.match(token_id) or not TOKEN_SECRET_PATTERN.match(token_secret):
+        raise ValueError("bootstrap token id must be [a-z0-9]{6} and secret [a-z0-9]{16}")
+    data = {
+        "token-id": token_id,
+        "token-secret": token_secret,
+        "expiration": expiration,
+        "description": description,
+        "auth-extra-groups": NODE_BOOTSTRAP_GROUP,
+    }
+    data.update({f"usage-bootstrap-{usage}": "true" for usage in TOKEN_USAGES})
+    return data
+
+
+def bootstrap_secret_name(token_id: str) -> str:
+    return f"bootstrap-token-{token_id}"
+
+
+def join_script(node_name: str, preflight_ignores: tuple[str, ...], node_labels: dict[str, str]) -> str:
+    """A POSIX shell script that joins this machine, reading the secrets from the environment.
+
+    ``JOIN_ENDPOINT``, ``JOIN_TOKEN`` and ``JOIN_CA_CERT_HASH`` come from the environment so the
+    token never appears on a command line. It is idempotent: a machine already joined to the
+    same endpoint is left alone, one joined elsewhere is reset first.
+    """
+    ignore = f" --ignore-preflight-errors={','.join(preflight_ignores)}" if preflight_ignores else ""
+    labels = ",".join(f"{key}={value}" for key, value in sorted(node_labels.items()))
+    return f"""set -eu
+: "${{JOIN_ENDPOINT:?}}" "${{JOIN_TOKEN:?}}" "${{JOIN_CA_CERT_HASH:?}}"
+if [ -f /etc/kubernetes/kubelet.conf ]; then
+  if grep -q "server: https://$JOIN_ENDPOINT\\$" /etc/kubernetes/kubelet.conf; then
+    echo "already joined to $JOIN_ENDPOINT"; exit 0
+  fi
+  kubeadm reset --force
+fi
+# The kubelet sets these labels itself whenever it (re-)registers the node; keep the flags the
+# image or distribution already put in /etc/default/kubelet (kind sets --runtime-cgroups there).
+extra="$(sed -n 's/^KUBELET_EXTRA_ARGS=//p' /etc/default/kubelet 2>/dev/null | sed 's/ *--node-labels=[^ ]*//g')"
+echo "KUBELET_EXTRA_ARGS=${{extra:+$extra }}--node-labels={labels}" > /etc/default/kubelet
+kubeadm join "$JOIN_ENDPOINT" --token "$JOIN_TOKEN" \\
+  --discovery-token-ca-cert-hash "$JOIN_CA_CERT_HASH" \\
+  --node-name {shlex.quote(node_name)}{ignore}
+"""

@@ -1,0 +1,31 @@
+"""Reading the parts of a kubeconfig the program needs (server, cluster CA)."""
+
+from __future__ import annotations
+
+import base64
+
+import yaml
+
+
+def _current_cluster(kubeconfig: str) -> dict:
+    document = yaml.safe_load(kubeconfig)
+    clusters = {entry["name"]: entry["cluster"] for entry in document.get("clusters", [])}
+    contexts = {entry["name"]: entry["context"] for entry in document.get("contexts", [])}
+    current = document.get("current-context")
+    if current in contexts:
+        return clusters[contexts[current]["cluster"]]
+    if len(clusters) == 1:
+        return next(iter(clusters.values()))
+    raise ValueError("kubeconfig has no current context and more than one cluster")
+
+
+def server(kubeconfig: str) -> str:
+    return _current_cluster(kubeconfig)["server"]
+
+
+def ca_certificate(kubeconfig: str) -> str:
+    """The cluster CA (PEM) of the current context, as Kamaji embeds it in admin.conf."""
+    data = _current_cluster(kubeconfig).get("certificate-authority-data")
+    if not data:
+        raise ValueError("kubeconfig carries no certificate-authority-data")
+    return base64.b64decode(data).decode()

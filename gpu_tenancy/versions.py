@@ -1,0 +1,49 @@
+"""Every version gpu-tenancy pins, in one place.
+
+Stack config may override the chart versions under ``gpu-tenancy:versions``; the Makefile reads
+the host tool versions from here too, so a bump is a one-line change.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Kubernetes: the default tenant version and the newest minor Kamaji can run.
+# clastix/kamaji:internal/upgrade/kubeadm_version.go sets KubeadmVersion = "v1.36.0", and the
+# TenantControlPlane webhook rejects anything with a greater major.minor.
+DEFAULT_KUBERNETES_VERSION: Final = "v1.36.4"
+MAX_KUBERNETES_MINOR: Final = (1, 36)
+
+# kindest/node images are built per kind release; v1.36.4 is the release image of kind v0.33.0.
+NODE_IMAGE_REPOSITORY: Final = "kindest/node"
+DEFAULT_NODE_IMAGE: Final = f"{NODE_IMAGE_REPOSITORY}:{DEFAULT_KUBERNETES_VERSION}"
+
+# Helm charts: defaults of ``gpu-tenancy:versions``.
+DEFAULT_CHART_VERSIONS: Final = {
+    "certManager": "v1.21.2",
+    "metallb": "v0.16.1",
+    "kamaji": "0.0.0+latest",
+    "kamajiEtcd": "0.17.0",
+    "hami": "2.10.0",
+    "calico": "v3.32.2",
+}
+
+CHART_REPOSITORIES: Final = {
+    "certManager": "https://charts.jetstack.io",
+    "metallb": "https://metallb.github.io/metallb",
+    "kamaji": "https://clastix.github.io/charts",
+    "kamajiEtcd": "https://clastix.github.io/charts",
+    "hami": "https://project-hami.github.io/HAMi/",
+    "calico": "https://docs.tigera.io/calico/charts",
+}
+
+# Host tools `make up` fetches when they are not on PATH.
+KIND_VERSION: Final = "v0.33.0"
+PULUMI_CLI_VERSION: Final = "v3.272.0"
+
+# Kubernetes node packages for SSH workers come from pkgs.k8s.io, one repository per minor.
+KUBERNETES_PACKAGE_REPOSITORY: Final = "https://pkgs.k8s.io/core:/stable:"
+
+# Images referenced by our own manifests (charts pin the rest).
+KUBE_SCHEDULER_REGISTRY: Final = "registry.k8s.io"
+KUBE_SCHEDULER_REPOSITORY: Final = "kube-scheduler"

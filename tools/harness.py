@@ -1,0 +1,318 @@
+"""Run the real ``__main__.py`` under Pulumi's mock runtime and record what the engine would see.
+
+This is what ``tools.render`` prints and what the tests assert on: every registered or read
+resource with its parent, provider, the URNs it waits for (explicit ``depends_on`` plus every
+resource whose outputs flow into its inputs, as the SDK reports them to the engine) and its
+inputs, plus the stack outputs.
+
+Each run happens in a fresh ``contextvars.Context``: the Pulumi SDK keeps its settings, config and
+root stack in context variables, so one process can render many configs.
+"""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import contextvars
+import json
+import runpy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import yaml
+from pulumi.output import Unknown
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import rpc
+from pulumi.runtime.settings import get_root_resource
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
+
+from gpu_tenancy.config import CONFIG_NAMESPACE
+
+from . import mock_cloud
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+SECRET = "[secret]"
+UNKNOWN = "[unknown]"
+
+
+class RenderError(Exception):
+    """The program refused the configuration (exit status 2 in the CLIs)."""
+
+
+@dataclass
+class Render:
+    stack: str
+    resources: list[dict[str, Any]]
+    outputs: dict[str, Any]
+    preview: bool = False
+    _by_urn: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"stack": self.stack, "resources": self.resources, "outputs": self.outputs}
+
+    def find(self, type_: str | None = None, name: str | None = None) -> list[dict[str, Any]]:
+        return [r for r in self.resources if (type_ is None or r["type"] == type_) and (name is None or r["name"] == name)]
+
+    def one(self, type_: str | None = None, name: str | None = None) -> dict[str, Any]:
+        found = self.find(type_, name)
+        if len(found) != 1:
+            raise LookupError(f"expected one {type_ or 'resource'} named {name!r}, found {len(found)}")
+        return found[0]
+
+    def by_urn(self, urn: str) -> dict[str, Any]:
+        if not self._by_urn:
+            self._by_urn = {r["urn"]: r for r in self.resources}
+        return self._by_urn[urn]
+
+    def waits_for(self, resource: dict[str, Any], other: dict[str, Any]) -> bool:
+        """Whether ``resource`` transitively waits for ``other`` in the engine's graph."""
+        seen, todo = set(), list(resource["dependencies"])
+        while todo:
+            urn = todo.pop()
+            if urn == other["urn"]:
+                return True
+            if urn not in seen:
+                seen.add(urn)
+                todo.extend(self.by_urn(urn)["dependencies"])
+        return False
+
+
+def _plain(value: Any, show_secrets: bool) -> Any:
+    """Engine values as JSON: secrets masked unless asked, unknowns marked."""
+    if rpc.is_rpc_secret(value):
+        return _plain(value["value"], show_secrets) if show_secrets else SECRET
+    if isinstance(value, Unknown) or (isinstance(value, str) and value == rpc.UNKNOWN):
+        return UNKNOWN
+    if isinstance(value, Mapping):
+        return {key: _plain(item, show_secrets) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item, show_secrets) for item in value]
+    if isinstance(value, pulumi.Asset | pulumi.Archive):
+        return repr(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)  # the wire format has only doubles; the providers restore integers
+    return value
+
+
+def _urn_of(reference: str) -> str:
+    """Provider references are ``<urn>::<id>``."""
+    return reference.rsplit("::", 1)[0] if reference else ""
+
+
+class _Cloud(pulumi_mocks.Mocks):
+    """Computed outputs a real engine would return; nothing at all in preview, like a fresh stack."""
+
+    def __init__(self, preview: bool) -> None:
+        self.preview = preview
+        self.tenant_planes: dict[str, dict[str, Any]] = {}
+
+    def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict, None]:
+        # The program must not look anything up at program time: on an empty host (a pull-request
+        # preview) such an invoke fails. Everything live flows as outputs of the resources that make it.
+        raise AssertionError(f"unexpected invoke {args.token}; read live values from resource outputs")
+
+    def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str, dict]:
+        state = dict(args.inputs)
+        resource_id = args.resource_id or f"{args.name}-id"
+        if self.preview and not args.resource_id:
+            return resource_id, state
+        handler = getattr(self, "_" + args.typ.rsplit(":", 1)[-1], None) if args.custom is not False else None
+        if handler is not None:
+            state.update(handler(args) or {})
+        return resource_id, state
+
+    def _Command(self, args: pulumi_mocks.MockResourceArgs) -> dict:
+        # `kind get kubeconfig` and `docker network inspect kind`, the only commands whose output
+        # the program reads.
+        if args.name.endswith("-kind-cluster"):
+            return {"stdout": mock_cloud.kubeconfig(args.inputs["environment"]["KIND_CLUSTER"], mock_cloud.MANAGEMENT_API)}
+        if args.name.endswith("-kind-network"):
+            return {"stdout": mock_cloud.KIND_SUBNETS + "\n"}
+        return {"stdout": "", "stderr": ""}
+
+    def _TenantControlPlane(self, args: pulumi_mocks.MockResourceArgs) -> dict:
+        metadata, spec = args.inputs["metadata"], args.inputs["spec"]
+        self.tenant_planes[f"{metadata['namespace']}/{metadata['name']}"] = spec
+        address = spec["networkProfile"]["address"]
+        port = int(spec["networkProfile"].get("port", 6443))
+        return {
+            "status": {
+                "controlPlaneEndpoint": f"{address}:{port}",
+                "kubeconfig": {"admin": {"secretName": f"{metadata['name']}-admin-kubeconfig"}},
+                "kubernetesResources": {"version": {"status": "Ready", "version": spec["kubernetes"]["version"]}},
+                "addons": {name: {"enabled": True} for name in spec.get("addons", {})},
+            }
+        }
+
+    def _Secret(self, args: pulumi_mocks.MockResourceArgs) -> dict:
+        if not args.resource_id or not args.resource_id.endswith("-admin-kubeconfig"):
+            return {}
+        namespace, name = args.resource_id.split("/", 1)
+        tenant = name.removesuffix("-admin-kubeconfig")
+        spec = self.tenant_planes[f"{namespace}/{tenant}"]
+        server = f"https://{spec['networkProfile']['address']}:{int(spec['networkProfile'].get('port', 6443))}"
+        config = mock_cloud.kubeconfig(tenant, server)
+        return {"metadata": {"name": name, "namespace": namespace}, "data": {"admin.conf": _b64(config)}}
+
+    def _RandomString(self, args: pulumi_mocks.MockResourceArgs) -> dict:
+        return {"result": mock_cloud.random_string(args.name, args.inputs)}
+
+    def _Offset(self, args: pulumi_mocks.MockResourceArgs) -> dict:
+        return {"rfc3339": "2026-12-02T00:00:00Z"}
+
+    def _RemoteImage(self, args: pulumi_mocks.MockResourceArgs) -> dict:
+        return {"imageId": "sha256:" + mock_cloud.fake_id("image", args.inputs["name"]), "repoDigest": args.inputs["name"]}
+
+    def _Container(self, args: pulumi_mocks.MockResourceArgs) -> dict:
+        return {"id": mock_cloud.fake_id("container", args.inputs["name"])}
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+class _Monitor(pulumi_mocks.MockMonitor):
+    """The SDK's mock monitor, recording each request as the engine would receive it."""
+
+    def __init__(self, cloud: _Cloud) -> None:
+        super().__init__(cloud)
+        self.records: list[dict[str, Any]] = []
+
+    def _record(self, request: Any, urn: str, read_id: str | None = None) -> None:
+        record = {
+            "urn": urn,
+            "type": request.type,
+            "name": request.name,
+            "parent": request.parent or None,
+            "provider": _urn_of(request.provider) or None,
+            "dependencies": sorted(set(getattr(request, "dependencies", []) or [])),
+            "inputs": rpc.deserialize_properties(request.properties if read_id else request.object),
+            "custom": bool(getattr(request, "custom", True)),
+        }
+        if read_id is not None:
+            record["read"] = read_id
+        self.records.append(record)
+
+    def RegisterResource(self, request: Any) -> Any:
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            self._record(request, response.urn)
+        return response
+
+    def ReadResource(self, request: Any) -> Any:
+        response = super().ReadResource(request)
+        self._record(request, response.urn, read_id=request.id)
+        return response
+
+
+def load_stack_file(path: Path) -> tuple[dict[str, str], list[str]]:
+    """Config of a ``Pulumi.<stack>.yaml`` as the CLI hands it to the program.
+
+    Structured values are passed as JSON strings; ``secure:`` values cannot be decrypted here,
+    so they are passed as placeholders and marked secret, as the engine would mark them.
+    """
+    document = yaml.safe_load(path.read_text()) or {}
+    config: dict[str, str] = {}
+    secret_keys: list[str] = []
+    for key, value in (document.get("config") or {}).items():
+        full_key = key if ":" in key else f"{CONFIG_NAMESPACE}:{key}"
+        if _has_secure(value):
+            secret_keys.append(full_key)
+        plain = _strip_secure(value)
+        config[full_key] = plain if isinstance(plain, str) else json.dumps(plain)
+    return config, secret_keys
+
+
+def _has_secure(value: Any) -> bool:
+    if isinstance(value, dict):
+        return set(value) == {"secure"} or any(_has_secure(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_secure(v) for v in value)
+    return False
+
+
+def _strip_secure(value: Any) -> Any:
+    if isinstance(value, dict):
+        if set(value) == {"secure"}:
+            return f"<secure value {value['secure'][:12]}…>"
+        return {k: _strip_secure(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strip_secure(v) for v in value]
+    return value
+
+
+def stack_file(stack: str) -> Path:
+    return PROJECT_DIR / f"Pulumi.{stack}.yaml"
+
+
+def render(
+    config: dict[str, str],
+    *,
+    stack: str = "dev",
+    secret_keys: list[str] | None = None,
+    preview: bool = False,
+    show_secrets: bool = False,
+) -> Render:
+    """Run the program once against ``config`` (``"gpu-tenancy:key" -> value`` strings)."""
+    return contextvars.Context().run(_render, config, stack, secret_keys or [], preview, show_secrets)
+
+
+def render_stack(stack: str = "dev", **kwargs: Any) -> Render:
+    config, secret_keys = load_stack_file(stack_file(stack))
+    return render(config, stack=stack, secret_keys=secret_keys, **kwargs)
+
+
+def render_file(path: Path, **kwargs: Any) -> Render:
+    config, secret_keys = load_stack_file(path)
+    stack = path.name.removeprefix("Pulumi.").removesuffix(".yaml") or "dev"
+    return render(config, stack=stack, secret_keys=secret_keys, **kwargs)
+
+
+class _InlineExecutor(concurrent.futures.ThreadPoolExecutor):
+    """Runs the SDK's monitor calls on the calling thread.
+
+    The mock monitor is synchronous and the SDK's ``_sync_await`` is re-entrant, so threads buy
+    nothing here; without them renders are faster, ordered, and leave no per-thread event loops
+    behind (the workaround pulumi/pulumi#7663 discusses for hanging mock tests).
+    """
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as error:  # noqa: BLE001 - handed to the awaiting coroutine
+            future.set_exception(error)
+        return future
+
+
+def _render(config: dict[str, str], stack: str, secret_keys: list[str], preview: bool, show_secrets: bool) -> Render:
+    _ensure_event_loop().set_default_executor(_InlineExecutor())
+    cloud = _Cloud(preview)
+    monitor = _Monitor(cloud)
+    pulumi.runtime.set_mocks(cloud, project=CONFIG_NAMESPACE, stack=stack, preview=preview, monitor=monitor)
+    pulumi.runtime.set_all_config(config, secret_keys)
+    try:
+        _sync_await(run_pulumi_func(lambda: runpy.run_path(str(PROJECT_DIR), run_name="__main__")))
+    except pulumi.RunError as error:
+        raise RenderError(str(error)) from None
+    outputs = _sync_await(_resolve(dict(get_root_resource().outputs), show_secrets))
+    resources = [{**record, "inputs": _plain(record["inputs"], show_secrets)} for record in monitor.records]
+    return Render(stack, resources, outputs, preview)
+
+
+async def _resolve(value: Any, show_secrets: bool) -> Any:
+    if isinstance(value, pulumi.Output):
+        if not await value.is_known():
+            return UNKNOWN
+        if await value.is_secret() and not show_secrets:
+            return SECRET
+        return await _resolve(await value.future(), show_secrets)
+    if isinstance(value, Mapping):
+        return {key: await _resolve(item, show_secrets) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [await _resolve(item, show_secrets) for item in value]
+    return value
