@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
-import yaml
 from pulumi.output import Unknown
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
@@ -31,6 +30,7 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
 from gpu_tenancy.config import CONFIG_NAMESPACE
+from gpu_tenancy.stack_file import read_stack_file
 
 from . import mock_cloud
 
@@ -210,39 +210,9 @@ class _Monitor(pulumi_mocks.MockMonitor):
 
 
 def load_stack_file(path: Path) -> tuple[dict[str, str], list[str]]:
-    """Config of a ``Pulumi.<stack>.yaml`` as the CLI hands it to the program.
-
-    Structured values are passed as JSON strings; ``secure:`` values cannot be decrypted here,
-    so they are passed as placeholders and marked secret, as the engine would mark them.
-    """
-    document = yaml.safe_load(path.read_text()) or {}
-    config: dict[str, str] = {}
-    secret_keys: list[str] = []
-    for key, value in (document.get("config") or {}).items():
-        full_key = key if ":" in key else f"{CONFIG_NAMESPACE}:{key}"
-        if _has_secure(value):
-            secret_keys.append(full_key)
-        plain = _strip_secure(value)
-        config[full_key] = plain if isinstance(plain, str) else json.dumps(plain)
-    return config, secret_keys
-
-
-def _has_secure(value: Any) -> bool:
-    if isinstance(value, dict):
-        return set(value) == {"secure"} or any(_has_secure(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_has_secure(v) for v in value)
-    return False
-
-
-def _strip_secure(value: Any) -> Any:
-    if isinstance(value, dict):
-        if set(value) == {"secure"}:
-            return f"<secure value {value['secure'][:12]}…>"
-        return {k: _strip_secure(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_strip_secure(v) for v in value]
-    return value
+    """Config of a ``Pulumi.<stack>.yaml`` as the CLI hands it to the program: JSON strings."""
+    values, secret_keys = read_stack_file(path)
+    return {key: value if isinstance(value, str) else json.dumps(value) for key, value in values.items()}, secret_keys
 
 
 def stack_file(stack: str) -> Path:
