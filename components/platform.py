@@ -49,6 +49,7 @@ class Platform(pulumi.ComponentResource):
                 config.versions,
                 kind.provider,
                 [management.kamaji, *management.load_balancer],
+                kind.network,
                 child,
             )
             for tenant in config.tenants

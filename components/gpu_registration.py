@@ -1,0 +1,103 @@
+"""Registering a worker's simulated cards with HAMi, and keeping them registered.
+
+HAMi's mock device plugin invents nothing: it advertises what the node's
+``hami.io/node-nvidia-register`` annotation lists, and only while the node's status capacity has a
+non-zero ``nvidia.com/gpu`` (Project-HAMi/mock-device-plugin:internal/pkg/api/device/nvidia/device.go).
+Both are written by a systemd timer on the node itself, with the node's own credentials
+(NodeRestriction lets a kubelet change only its own Node), so no kubectl runs on the host and a
+node that re-registers (its Node deleted, or kubelet zeroing extended resources after losing its
+device-plugin checkpoint) is registered again within half a minute.
+"""
+
+from __future__ import annotations
+
+import pulumi
+
+from gpu_tenancy import gpus
+
+from .worker_machine import DockerWorkerMachine
+
+REFRESH_SECONDS = 30
+
+_REGISTER_FILE = f"/etc/gpu-tenancy/{gpus.REGISTER_ANNOTATION.split('/')[1]}.json"
+_CAPACITY_PATH = "/status/capacity/" + gpus.GPU_COUNT_RESOURCE.replace("/", "~1")
+
+_REGISTER = f"""set -eu
+: "${{GPU_TENANCY_NODE:?}}" "${{HAMI_NODE_REGISTER:?}}" "${{NVIDIA_GPU_CAPACITY:?}}"
+install -d -m 0755 /etc/gpu-tenancy
+printf '%s' "$HAMI_NODE_REGISTER" > {_REGISTER_FILE}
+cat > /usr/local/bin/gpu-tenancy-register <<EOF
+#!/bin/sh
+# Written by gpu-tenancy: re-applies this node's simulated GPU registration for HAMi.
+set -eu
+k() {{ kubectl --kubeconfig /etc/kubernetes/kubelet.conf "\\$@"; }}
+k annotate node "$GPU_TENANCY_NODE" --overwrite "{gpus.REGISTER_ANNOTATION}=\\$(cat {_REGISTER_FILE})"
+k patch node "$GPU_TENANCY_NODE" --subresource=status --type=json \\
+  -p '[{{"op":"add","path":"{_CAPACITY_PATH}","value":"$NVIDIA_GPU_CAPACITY"}}]'
+EOF
+chmod 0755 /usr/local/bin/gpu-tenancy-register
+cat > /etc/systemd/system/gpu-tenancy-register.service <<EOF
+[Unit]
+Description=Register this node's simulated GPUs with HAMi
+After=kubelet.service
+[Service]
+Type=oneshot
+ExecStart=/usr/local/bin/gpu-tenancy-register
+EOF
+cat > /etc/systemd/system/gpu-tenancy-register.timer <<EOF
+[Unit]
+Description=Keep this node's simulated GPUs registered with HAMi
+[Timer]
+OnBootSec={REFRESH_SECONDS}s
+OnUnitActiveSec={REFRESH_SECONDS}s
+[Install]
+WantedBy=timers.target
+EOF
+systemctl daemon-reload
+systemctl enable --now gpu-tenancy-register.timer
+# Register now, so that `pulumi up` ends with the cards in place; the kubelet may still be
+# finishing its first registration.
+for attempt in $(seq 1 30); do
+  /usr/local/bin/gpu-tenancy-register && exit 0
+  sleep 2
+done
+echo "could not register the GPUs of $GPU_TENANCY_NODE" >&2
+exit 1
+"""
+
+_UNREGISTER = (
+    "systemctl disable --now gpu-tenancy-register.timer || true; "
+    "rm -f /etc/systemd/system/gpu-tenancy-register.* /usr/local/bin/gpu-tenancy-register; "
+    'kubectl --kubeconfig /etc/kubernetes/kubelet.conf annotate node "$(hostname)" '
+    f"{gpus.REGISTER_ANNOTATION}- || true"
+)
+
+
+class GpuRegistration(pulumi.ComponentResource):
+    """The cards of one worker, registered on its node the way HAMi's device plugin would."""
+
+    def __init__(
+        self,
+        name: str,
+        tenant: str,
+        machine: DockerWorkerMachine,
+        cards: list[gpus.Card],
+        depends_on: list[pulumi.Resource],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("gpu-tenancy:gpu:GpuRegistration", name, None, opts)
+        machine.run(
+            f"{name}-gpu-registration",
+            script=_REGISTER,
+            environment={
+                "GPU_TENANCY_TENANT": tenant,
+                "GPU_TENANCY_NODE": machine.hostname,
+                "HAMI_NODE_REGISTER": gpus.register_annotation(cards),
+                "NVIDIA_GPU_CAPACITY": str(gpus.gpu_capacity(cards)),
+            },
+            secrets={},
+            delete=_UNREGISTER,
+            triggers=None,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on),
+        )
+        self.register_outputs({})

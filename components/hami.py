@@ -1,0 +1,100 @@
+"""HAMi in a tenant: GPU slicing by memory and cores, and the tenant's GPU quota."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from gpu_tenancy import gpus
+from gpu_tenancy.config import Quota
+from gpu_tenancy.versions import KUBE_SCHEDULER_REGISTRY, KUBE_SCHEDULER_REPOSITORY
+
+from .helm import chart
+
+HAMI_NAMESPACE = "kube-system"
+
+# HAMi's scheduler locks a node while binding a pod and only a real device plugin's Allocate
+# releases the lock (Project-HAMi/HAMi:pkg/util/nodelock/nodelock.go). The mock plugin never does,
+# so with the default 5m every second pod on a node waits five minutes. The lock's timestamp has
+# one-second resolution; two seconds lets kube-scheduler's retry bind the next pod.
+MOCK_NODE_LOCK_EXPIRY = "2s"
+
+
+def hami_values(kubernetes_version: str, mock_devices: bool) -> dict[str, Any]:
+    """Values of the ``hami`` chart (v2.10.0 keys, ../shared/schemas/hami/values.yaml)."""
+    scheduler: dict[str, Any] = {
+        # The chart defaults to registry.cn-hangzhou.aliyuncs.com, often unreachable elsewhere.
+        "kubeScheduler": {
+            "image": {"registry": KUBE_SCHEDULER_REGISTRY, "repository": KUBE_SCHEDULER_REPOSITORY, "tag": kubernetes_version}
+        },
+        # The tenant API server calls the webhook through Konnectivity's tunnel to this Service;
+        # nothing outside the tenant needs a NodePort.
+        "service": {"type": "ClusterIP"},
+    }
+    if mock_devices:
+        scheduler["nodeLockExpire"] = MOCK_NODE_LOCK_EXPIRY
+    return {
+        "scheduler": scheduler,
+        # The real plugin needs NVML and a GPU; the mock advertises the registered cards instead.
+        "devicePlugin": {"enabled": not mock_devices},
+        "mockDevicePlugin": {"enabled": mock_devices},
+    }
+
+
+def quota_hard(quota: Quota) -> dict[str, str]:
+    """The only ResourceQuota keys HAMi enforces (Project-HAMi/HAMi:pkg/device/quota.go)."""
+    return {
+        f"limits.{gpus.GPU_MEMORY_RESOURCE}": str(quota.gpumem),
+        f"limits.{gpus.GPU_CORES_RESOURCE}": str(quota.gpucores),
+    }
+
+
+class Hami(pulumi.ComponentResource):
+    """The ``hami`` chart through the tenant's provider, after the tenant's nodes exist."""
+
+    release: k8s.helm.v3.Release
+
+    def __init__(
+        self,
+        name: str,
+        version: str,
+        kubernetes_version: str,
+        mock_devices: bool,
+        quota: Quota | None,
+        provider: k8s.Provider,
+        depends_on: list[pulumi.Resource],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(
+            "gpu-tenancy:tenant:Hami",
+            name,
+            None,
+            pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(providers=[provider])),
+        )
+        self.release = chart(
+            f"{name}-hami",
+            "hami",
+            "hami",
+            version,
+            HAMI_NAMESPACE,
+            hami_values(kubernetes_version, mock_devices),
+            # Its webhook certificate jobs and scheduler need schedulable, networked nodes.
+            pulumi.ResourceOptions(parent=self, depends_on=depends_on),
+            timeout=900,
+        )
+        if quota is not None:
+            namespace_opts = pulumi.ResourceOptions(parent=self)
+            if quota.namespace != "default":
+                namespace = k8s.core.v1.Namespace(
+                    f"{name}-{quota.namespace}", metadata={"name": quota.namespace}, opts=namespace_opts
+                )
+                namespace_opts = pulumi.ResourceOptions(parent=self, depends_on=[namespace])
+            k8s.core.v1.ResourceQuota(
+                f"{name}-gpu-quota",
+                metadata={"name": "gpu-quota", "namespace": quota.namespace},
+                spec={"hard": quota_hard(quota)},
+                opts=namespace_opts,
+            )
+        self.register_outputs({})

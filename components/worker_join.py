@@ -1,0 +1,135 @@
+"""Bootstrap: joining a worker machine to its tenant with a declarative token, no kubeadm on the host."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+import pulumi_random as random
+import pulumiverse_time as time
+
+from gpu_tenancy import kubeadm, kubeconfig
+
+from .worker_machine import TENANT_LABEL, DockerWorkerMachine
+
+# A token outlives its join only long enough to retry one; the kubelet has certificates after.
+TOKEN_TTL_HOURS = 24
+BOOTSTRAP_READER = "gpu-tenancy:bootstrap-config-reader"
+
+# Leave the tenant cleanly when the worker goes: drop the Node (with the node's own credentials;
+# NodeRestriction lets a kubelet delete its own Node) and reset kubeadm's state.
+_LEAVE = 'kubectl --kubeconfig /etc/kubernetes/kubelet.conf delete node "$(hostname)" --wait=false || true; kubeadm reset --force'
+
+
+class JoinPermissions(pulumi.ComponentResource):
+    """What a v1.36 ``kubeadm join`` needs from the tenant beyond what Kamaji prepares.
+
+    kubeadm 1.36 reads ``kube-system/kubeadm-config`` and ``kubelet-config`` with the bootstrap
+    token; a public Kamaji 26.8 + v1.36.4 lab found no RBAC granting it (see README, joins). One
+    Role with ``get`` on exactly those two names, bound to kubeadm's node-token group.
+    """
+
+    def __init__(self, name: str, provider: k8s.Provider, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(
+            "gpu-tenancy:worker:JoinPermissions",
+            name,
+            None,
+            pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(providers=[provider])),
+        )
+        metadata = {"name": BOOTSTRAP_READER, "namespace": "kube-system"}
+        role = k8s.rbac.v1.Role(
+            f"{name}-bootstrap-config-reader",
+            metadata=metadata,
+            rules=[
+                k8s.rbac.v1.PolicyRuleArgs(
+                    api_groups=[""], resources=["configmaps"], resource_names=["kubeadm-config", "kubelet-config"], verbs=["get"]
+                )
+            ],
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.binding = k8s.rbac.v1.RoleBinding(
+            f"{name}-bootstrap-config-reader",
+            metadata=metadata,
+            role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role", name=role.metadata["name"]),
+            subjects=[
+                k8s.rbac.v1.SubjectArgs(api_group="rbac.authorization.k8s.io", kind="Group", name=kubeadm.NODE_BOOTSTRAP_GROUP)
+            ],
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.register_outputs({})
+
+
+class WorkerJoin(pulumi.ComponentResource):
+    """A bootstrap token Secret in the tenant, then ``kubeadm join`` run on the machine.
+
+    The token lives in state (pulumi-random) and changes only with the machine, so the join
+    re-runs only when the token, the endpoint or the machine changes.
+    """
+
+    join: pulumi.Resource
+
+    def __init__(
+        self,
+        name: str,
+        tenant: str,
+        machine: DockerWorkerMachine,
+        endpoint: pulumi.Input[str],
+        tenant_kubeconfig: pulumi.Input[str],
+        provider: k8s.Provider,
+        permissions: JoinPermissions,
+        node_labels: dict[str, str],
+        preflight_ignores: tuple[str, ...],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("gpu-tenancy:worker:WorkerJoin", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        keepers = {"machine": machine.container_id}
+        token_id = random.RandomString(f"{name}-token-id", length=6, special=False, upper=False, keepers=keepers, opts=child)
+        token_secret = random.RandomString(
+            f"{name}-token-secret",
+            length=16,
+            special=False,
+            upper=False,
+            keepers=keepers,
+            opts=pulumi.ResourceOptions(parent=self, additional_secret_outputs=["result"]),
+        )
+        expiry = time.Offset(f"{name}-token-expiry", offset_hours=TOKEN_TTL_HOURS, triggers=keepers, opts=child)
+        secret_value = pulumi.Output.secret(token_secret.result)
+        token = pulumi.Output.secret(pulumi.Output.concat(token_id.result, ".", secret_value))
+        token_secret_resource = k8s.core.v1.Secret(
+            f"{name}-bootstrap-token",
+            metadata={
+                "name": token_id.result.apply(kubeadm.bootstrap_secret_name),
+                "namespace": "kube-system",
+                "labels": {TENANT_LABEL: tenant, "gpu-tenancy.io/worker": machine.hostname},
+            },
+            type=kubeadm.BOOTSTRAP_SECRET_TYPE,
+            string_data=pulumi.Output.secret(
+                pulumi.Output.all(token_id.result, secret_value, expiry.rfc3339).apply(
+                    lambda args: kubeadm.bootstrap_token_secret(
+                        args[0], args[1], args[2], f"gpu-tenancy join of {machine.hostname} to {tenant}"
+                    )
+                )
+            ),
+            opts=pulumi.ResourceOptions(parent=self, provider=provider),
+        )
+        # The CA hash is public (kubeadm prints it); it is derived from the secret kubeconfig only
+        # because that is where the CA arrives.
+        ca_hash = pulumi.Output.unsecret(
+            pulumi.Output.from_input(tenant_kubeconfig).apply(
+                lambda config: kubeadm.discovery_token_ca_cert_hash(kubeconfig.ca_certificate(config))
+            )
+        )
+        self.join = machine.run(
+            f"{name}-join",
+            script=kubeadm.join_script(machine.hostname, preflight_ignores, node_labels),
+            environment={
+                "GPU_TENANCY_TENANT": tenant,
+                "JOIN_ENDPOINT": endpoint,
+                "JOIN_CA_CERT_HASH": ca_hash,
+            },
+            secrets={"JOIN_TOKEN": token},
+            delete=_LEAVE,
+            triggers=[token, endpoint],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[token_secret_resource, permissions.binding]),
+        )
+        self.register_outputs({})
