@@ -11,6 +11,7 @@ root stack in context variables, so one process can render many configs.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import concurrent.futures
 import contextvars
@@ -22,12 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
+from google.protobuf import struct_pb2
 from pulumi.output import Unknown
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
-from pulumi.runtime.settings import get_root_resource
+from pulumi.runtime.settings import SETTINGS, get_root_resource
 from pulumi.runtime.stack import run_pulumi_func
-from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
+from pulumi.runtime.sync_await import _sync_await
 
 from gpu_tenancy.config import CONFIG_NAMESPACE
 from gpu_tenancy.stack_file import read_stack_file
@@ -96,6 +98,26 @@ def _plain(value: Any, show_secrets: bool) -> Any:
     if isinstance(value, float) and value.is_integer():
         return int(value)  # the wire format has only doubles; the providers restore integers
     return value
+
+
+def _deserialize(value: Any) -> Any:
+    """Protobuf inputs as Python values, keeping explicit nulls.
+
+    The SDK's own ``deserialize_properties`` drops null map entries; the engine does not, and a
+    null is meaningful input (Kamaji's ``resources: null`` with ``allowNullValues``).
+    """
+    if isinstance(value, struct_pb2.Value):
+        kind = value.WhichOneof("kind")
+        if kind == "struct_value":
+            return _deserialize(value.struct_value)
+        if kind == "list_value":
+            return [_deserialize(item) for item in value.list_value.values]
+        return None if kind == "null_value" else getattr(value, kind)
+    if rpc._special_sig_key in value.fields:
+        if value[rpc._special_sig_key] == rpc._special_secret_sig:
+            return rpc.wrap_rpc_secret(_deserialize(value.fields["value"]))
+        return rpc.deserialize_properties(value)
+    return {key: _deserialize(item) for key, item in value.fields.items()}
 
 
 def _urn_of(reference: str) -> str:
@@ -190,11 +212,12 @@ class _Monitor(pulumi_mocks.MockMonitor):
             "parent": request.parent or None,
             "provider": _urn_of(request.provider) or None,
             "dependencies": sorted(set(getattr(request, "dependencies", []) or [])),
-            "inputs": rpc.deserialize_properties(request.properties if read_id else request.object),
+            "inputs": _deserialize(request.properties if read_id else request.object),
             "custom": bool(getattr(request, "custom", True)),
         }
         if read_id is not None:
-            record["read"] = read_id
+            # In a preview the id of a read can be unknown; the engine then defers the read.
+            record["read"] = UNKNOWN if read_id == rpc.UNKNOWN else read_id
         self.records.append(record)
 
     def RegisterResource(self, request: Any) -> Any:
@@ -259,11 +282,37 @@ class _InlineExecutor(concurrent.futures.ThreadPoolExecutor):
         return future
 
 
+def _quiet_aborted_outputs(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """After a config error aborts a run, every output derived from the failed one carries the
+    same error; their "never retrieved" reports would only repeat the message already raised."""
+    if not isinstance(context.get("exception"), pulumi.RunError):
+        loop.default_exception_handler(context)
+
+
 def _render(config: dict[str, str], stack: str, secret_keys: list[str], preview: bool, show_secrets: bool) -> Render:
-    _ensure_event_loop().set_default_executor(_InlineExecutor())
+    # A loop per run: a run aborted by a config error leaves the program's pending tasks behind,
+    # and they must not wake up inside the next run.
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    loop.set_default_executor(_InlineExecutor())
+    loop.set_exception_handler(_quiet_aborted_outputs)
+    try:
+        return _run_program(config, stack, secret_keys, preview, show_secrets)
+    finally:
+        for task in asyncio.all_tasks(loop):
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*asyncio.all_tasks(loop), return_exceptions=True))
+        loop.close()
+        asyncio.set_event_loop(None)
+
+
+def _run_program(config: dict[str, str], stack: str, secret_keys: list[str], preview: bool, show_secrets: bool) -> Render:
     cloud = _Cloud(preview)
     monitor = _Monitor(cloud)
     pulumi.runtime.set_mocks(cloud, project=CONFIG_NAMESPACE, stack=stack, preview=preview, monitor=monitor)
+    # set_mocks leaves the pending-outputs set as it was; a fresh one per run, as
+    # pulumi.runtime.test clears it, keeps an aborted run's outputs out of the next.
+    SETTINGS.outputs = set()
     pulumi.runtime.set_all_config(config, secret_keys)
     try:
         _sync_await(run_pulumi_func(lambda: runpy.run_path(str(PROJECT_DIR), run_name="__main__")))
