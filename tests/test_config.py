@@ -1,0 +1,253 @@
+"""The stack configuration contract: defaults, and every rejection with its key path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpu_tenancy.config import ConfigError, StackConfig, address_plan
+from tests.conftest import dev_config
+
+KIND_SUBNETS = "172.18.0.0/16 fc00:f853:ccd:e793::/64"
+
+
+def problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    with pytest.raises(ConfigError) as caught:
+        StackConfig.load(raw)
+    return caught.value.problems
+
+
+def problem_at(raw: dict[str, Any], path: str) -> str:
+    """Every message reported at ``path``, joined."""
+    found = problems(raw)
+    messages = [message for where, message in found if where == path]
+    assert messages, f"expected a problem at {path}, got {found}"
+    return " | ".join(messages)
+
+
+def test_dev_stack_is_valid_and_defaults_come_from_code() -> None:
+    config = StackConfig.load(dev_config())
+    assert config.management.name == "kamaji"
+    assert config.management.node_image == "kindest/node:v1.36.4"
+    assert (config.versions.cert_manager, config.versions.metallb, config.versions.kamaji) == (
+        "v1.21.2",
+        "v0.16.1",
+        "0.0.0+latest",
+    )
+    assert config.versions.hami == "2.10.0"
+    assert config.network.pool is None
+    assert [t.name for t in config.tenants] == ["tenant-a", "tenant-b"]
+    assert str(config.tenants[0].pod_cidr) == "10.244.0.0/16"
+    assert str(config.tenants[0].service_cidr) == "10.96.0.0/16"
+    assert [(c.model.model, c.model.memory_mib) for c in config.tenants[0].cards] == [("A100-80GB", 81920)]
+    assert [c.model.model for c in config.tenants[1].cards] == ["L4", "L4"]
+
+
+def test_message_names_the_key_path_and_what_is_allowed() -> None:
+    raw = dev_config()
+    raw["tenants"][1]["vip"] = "not-an-ip"
+    with pytest.raises(ConfigError) as caught:
+        StackConfig.load(raw)
+    message = str(caught.value)
+    assert message.startswith("invalid gpu-tenancy stack configuration:")
+    assert "tenants[1].vip: " in message
+    assert "IPv4" in message and "'not-an-ip'" in message
+
+
+def test_duplicate_tenant_names() -> None:
+    raw = dev_config()
+    raw["tenants"][1]["name"] = "tenant-a"
+    raw["tenants"][1]["workers"][0]["name"] = "other-worker"
+    assert "already used by tenants[0]" in problem_at(raw, "tenants[1].name")
+
+
+@pytest.mark.parametrize("name", ["Tenant-A", "1tenant", "tenant_a", "tenant.a", "tenant-", "t" * 64])
+def test_tenant_names_must_be_dns_1035_labels(name: str) -> None:
+    raw = dev_config()
+    raw["tenants"][0]["name"] = name
+    assert "DNS-1035" in problem_at(raw, "tenants[0].name")
+
+
+@pytest.mark.parametrize("version", ["1.36.4", "v1.36", "v1.36.4-rc.1", "latest", "v1.36.x"])
+def test_versions_must_be_vxyz(version: str) -> None:
+    raw = dev_config()
+    raw["tenants"][0]["kubernetesVersion"] = version
+    assert "vX.Y.Z" in problem_at(raw, "tenants[0].kubernetesVersion")
+
+
+@pytest.mark.parametrize("version", ["v1.37.0", "v2.0.0"])
+def test_versions_above_the_newest_kamaji_minor_are_rejected(version: str) -> None:
+    raw = dev_config()
+    raw["tenants"][0]["kubernetesVersion"] = version
+    assert "newer than Kamaji supports; use v1.36.x or older" in problem_at(raw, "tenants[0].kubernetesVersion")
+
+
+def test_older_supported_version_is_accepted() -> None:
+    raw = dev_config()
+    raw["tenants"][0]["kubernetesVersion"] = "v1.35.7"
+    assert StackConfig.load(raw).tenants[0].kubernetes_version == "v1.35.7"
+
+
+@pytest.mark.parametrize(
+    ("mutate", "path", "key"),
+    [
+        (lambda raw: raw.update(tenant=[]), "", "'tenant'"),
+        (lambda raw: raw["tenants"][0].update(vipp="172.18.255.201"), "tenants[0]", "'vipp'"),
+        (lambda raw: raw.update(management={"nodeimage": "kindest/node:v1.36.4"}), "management", "'nodeimage'"),
+        (lambda raw: raw.update(versions={"certmanager": "v1"}), "versions", "'certmanager'"),
+        (lambda raw: raw["tenants"][0]["workers"][0]["gpus"][0].update(memory=1), "tenants[0].workers[0].gpus[0]", "'memory'"),
+        (lambda raw: raw["tenants"][0]["quota"].update(gpus=1), "tenants[0].quota", "'gpus'"),
+    ],
+)
+def test_unknown_keys_are_rejected_with_the_allowed_ones(mutate: Any, path: str, key: str) -> None:
+    raw = dev_config()
+    mutate(raw)
+    message = problem_at(raw, path)
+    assert f"unknown key {key}" in message
+    assert "allowed: " in message
+
+
+@pytest.mark.parametrize("vip", ["172.18.255.300", "fc00::1", "tenant-a", "172.18.255.0/24"])
+def test_vip_must_be_an_ipv4_address(vip: str) -> None:
+    raw = dev_config()
+    raw["tenants"][0]["vip"] = vip
+    assert "IPv4" in problem_at(raw, "tenants[0].vip")
+
+
+def test_vip_outside_a_pinned_pool() -> None:
+    raw = dev_config()
+    raw["network"] = {"pool": "172.18.255.200-172.18.255.250"}
+    raw["tenants"][1]["vip"] = "172.18.0.5"
+    assert "outside the MetalLB pool 172.18.255.200-172.18.255.250" in problem_at(raw, "tenants[1].vip")
+
+
+def test_vip_outside_the_pool_derived_from_the_kind_network() -> None:
+    raw = dev_config()
+    raw["tenants"][1]["vip"] = "172.18.0.5"
+    config = StackConfig.load(raw)  # the pool is not known before kind has run
+    with pytest.raises(ConfigError) as caught:
+        address_plan(config, KIND_SUBNETS)
+    assert dict(caught.value.problems)["tenants[1].vip"].startswith(
+        "172.18.0.5 lies outside the MetalLB pool 172.18.255.200-172.18.255.250"
+    )
+
+
+def test_vip_used_twice() -> None:
+    raw = dev_config()
+    raw["tenants"][0]["vip"] = raw["tenants"][1]["vip"] = "172.18.255.201"
+    assert "already the VIP of tenants[0]" in problem_at(raw, "tenants[1].vip")
+
+
+@pytest.mark.parametrize("pool", ["172.18.255.250-172.18.255.200", "172.18.255.0/33", "a-b", "172.18.255.1/24"])
+def test_pool_must_be_an_ipv4_range_or_cidr(pool: str) -> None:
+    raw = dev_config()
+    raw["network"] = {"pool": pool}
+    assert problem_at(raw, "network.pool")
+
+
+def test_pod_and_service_cidrs_must_not_overlap_each_other() -> None:
+    raw = dev_config()
+    raw["tenants"][0]["serviceCidr"] = "10.244.128.0/20"
+    assert "overlaps podCidr 10.244.0.0/16" in problem_at(raw, "tenants[0].serviceCidr")
+
+
+def test_cidrs_must_not_overlap_a_pinned_pool_on_the_node_network() -> None:
+    raw = dev_config()
+    raw["network"] = {"pool": "172.18.255.200-172.18.255.250"}
+    raw["tenants"][0]["podCidr"] = "172.18.0.0/16"
+    assert "overlaps the MetalLB pool" in problem_at(raw, "tenants[0].podCidr")
+
+
+@pytest.mark.parametrize("key", ["podCidr", "serviceCidr"])
+def test_cidrs_must_not_overlap_the_kind_node_network(key: str) -> None:
+    raw = dev_config()
+    raw["tenants"][1][key] = "172.16.0.0/12"
+    config = StackConfig.load(raw)  # the node network is known once kind has created it
+    with pytest.raises(ConfigError) as caught:
+        address_plan(config, KIND_SUBNETS)
+    assert dict(caught.value.problems)[f"tenants[1].{key}"] == "172.16.0.0/12 overlaps the node network 172.18.0.0/16"
+
+
+def test_cidrs_must_not_contain_another_tenants_vip() -> None:
+    raw = dev_config()
+    raw["network"] = {"pool": "10.0.0.200-10.0.0.250"}
+    raw["tenants"][0]["vip"] = "10.0.0.201"
+    raw["tenants"][1]["podCidr"] = "10.0.0.0/24"
+    message = problem_at(raw, "tenants[1].podCidr")
+    assert "10.0.0.0/24 contains tenant-a's VIP 10.0.0.201" in message
+    assert "overlaps the MetalLB pool 10.0.0.200-10.0.0.250" in message
+
+
+def test_cidr_with_host_bits_is_rejected() -> None:
+    raw = dev_config()
+    raw["tenants"][0]["podCidr"] = "10.244.0.1/16"
+    assert problem_at(raw, "tenants[0].podCidr")
+
+
+@pytest.mark.parametrize("image", ["kindest/node", "kindest/node:latest", "Kindest/Node:v1"])
+def test_management_node_image_must_be_pinned(image: str) -> None:
+    assert problem_at({"management": {"nodeImage": image}}, "management.nodeImage")
+
+
+def test_unknown_gpu_model_lists_the_known_ones() -> None:
+    raw = dev_config()
+    raw["tenants"][0]["workers"][0]["gpus"] = [{"model": "B200", "count": 1}]
+    message = problem_at(raw, "tenants[0].workers[0].gpus[0]")
+    assert "unknown GPU model 'B200'" in message
+    for model in ("A100-40GB", "A100-80GB", "H100-80GB", "H200", "L4", "L40S", "T4", "A10"):
+        assert model in message
+
+
+@pytest.mark.parametrize("count", [0, -1])
+def test_gpu_count_below_one(count: int) -> None:
+    raw = dev_config()
+    raw["tenants"][1]["workers"][0]["gpus"][0]["count"] = count
+    assert "greater than or equal to 1" in problem_at(raw, "tenants[1].workers[0].gpus[0].count")
+
+
+def test_worker_names_are_unique_across_the_stack() -> None:
+    raw = dev_config()
+    raw["tenants"][1]["workers"][0]["name"] = "tenant-a-worker-0"
+    assert "already used by tenants[0].workers[0].name" in problem_at(raw, "tenants[1].workers[0].name")
+
+
+def test_worker_name_must_not_clash_with_the_kind_node() -> None:
+    raw = dev_config()
+    raw["tenants"][0]["workers"][0]["name"] = "kamaji-control-plane"
+    assert "kind management node" in problem_at(raw, "tenants[0].workers[0].name")
+
+
+def test_quota_above_the_tenants_gpu_memory() -> None:
+    raw = dev_config()
+    raw["tenants"][0]["quota"]["gpumem"] = 81921
+    assert "exceeds the tenant's GPU memory (81920 MiB" in problem_at(raw, "tenants[0].quota.gpumem")
+
+
+def test_quota_above_the_tenants_gpu_cores() -> None:
+    raw = dev_config()
+    raw["tenants"][1]["quota"] = {"gpumem": 1000, "gpucores": 201}
+    assert "(200% = 100 per card)" in problem_at(raw, "tenants[1].quota.gpucores")
+
+
+def test_quota_on_a_tenant_without_gpus() -> None:
+    raw = dev_config()
+    raw["tenants"][1]["workers"][0]["gpus"] = []
+    raw["tenants"][1]["quota"] = {"gpumem": 1, "gpucores": 0}
+    assert "(0 MiB on its workers)" in problem_at(raw, "tenants[1].quota.gpumem")
+
+
+def test_quota_values_must_be_non_negative_integers() -> None:
+    raw = dev_config()
+    raw["tenants"][0]["quota"] = {"gpumem": "lots", "gpucores": -1}
+    found = dict(problems(raw))
+    assert "tenants[0].quota.gpumem" in found
+    assert "tenants[0].quota.gpucores" in found
+
+
+def test_several_problems_are_reported_together() -> None:
+    raw = dev_config()
+    raw["tenants"][0]["vip"] = raw["tenants"][1]["vip"] = "172.18.255.201"
+    raw["tenants"][0]["serviceCidr"] = "10.244.0.0/24"
+    paths = {path for path, _ in problems(raw)}
+    assert {"tenants[1].vip", "tenants[0].serviceCidr"} <= paths

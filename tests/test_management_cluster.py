@@ -1,0 +1,107 @@
+"""The management cluster: kind created and deleted by the program, and its services."""
+
+from __future__ import annotations
+
+import yaml
+
+from tests.conftest import COMMAND, K8S_PROVIDER, RELEASE, dev_config, render_config
+from tools import harness
+
+POOL = "kubernetes:metallb.io/v1beta1:IPAddressPool"
+L2 = "kubernetes:metallb.io/v1beta1:L2Advertisement"
+
+
+def test_kind_cluster_is_created_from_config_on_stdin_and_deleted_on_destroy(dev: harness.Render) -> None:
+    kind = dev.one(COMMAND, "gpu-tenancy-management-kind-cluster")["inputs"]
+    assert kind["environment"] == {"KIND_CLUSTER": "kamaji"}
+    assert 'kind create cluster --name "$KIND_CLUSTER" --config - ' in kind["create"]
+    assert 'kind delete cluster --name "$KIND_CLUSTER"' in kind["delete"]
+    config = yaml.safe_load(kind["stdin"])
+    assert config == {
+        "kind": "Cluster",
+        "apiVersion": "kind.x-k8s.io/v1alpha4",
+        "nodes": [{"role": "control-plane", "image": "kindest/node:v1.36.4"}],
+    }
+    # The user's kubeconfig is never written: kind gets a throwaway one.
+    assert '--kubeconfig "$kubeconfig"' in kind["create"]
+
+
+def test_management_node_image_and_name_come_from_config() -> None:
+    config = dev_config()
+    config["management"] = {"name": "mgmt", "nodeImage": "kindest/node:v1.35.7@sha256:" + "a" * 64}
+    render = render_config(config)
+    kind = render.one(COMMAND, "gpu-tenancy-management-kind-cluster")["inputs"]
+    assert kind["environment"] == {"KIND_CLUSTER": "mgmt"}
+    assert yaml.safe_load(kind["stdin"])["nodes"][0]["image"].startswith("kindest/node:v1.35.7@sha256:")
+
+
+def test_management_kubeconfig_is_a_secret_and_feeds_the_provider(dev: harness.Render) -> None:
+    assert dev.outputs["managementKubeconfig"] == "[secret]"
+    provider = dev.one(K8S_PROVIDER, "gpu-tenancy-management")
+    kind = dev.one(COMMAND, "gpu-tenancy-management-kind-cluster")
+    assert kind["urn"] in provider["dependencies"]
+    assert provider["inputs"]["kubeconfig"] == "[secret]"
+    assert provider["inputs"]["deleteUnreachable"] == "true"
+
+
+def test_the_kind_subnet_is_read_after_kind_runs(dev: harness.Render) -> None:
+    network = dev.one(COMMAND, "gpu-tenancy-management-kind-network")
+    kind = dev.one(COMMAND, "gpu-tenancy-management-kind-cluster")
+    assert "docker network inspect kind" in network["inputs"]["create"]
+    assert kind["urn"] in network["dependencies"]
+
+
+def releases(render: harness.Render) -> dict[str, dict]:
+    return {r["inputs"]["name"]: r for r in render.find(RELEASE) if r["name"].startswith("gpu-tenancy-management-")}
+
+
+def test_management_releases_are_pinned_upstream_charts(dev: harness.Render) -> None:
+    found = {name: r["inputs"] for name, r in releases(dev).items()}
+    assert {name: (i["chart"], i["version"], i["repositoryOpts"]["repo"], i["namespace"]) for name, i in found.items()} == {
+        "cert-manager": ("cert-manager", "v1.21.2", "https://charts.jetstack.io", "cert-manager"),
+        "metallb": ("metallb", "0.16.1", "https://metallb.github.io/metallb", "metallb-system"),
+        "kamaji": ("kamaji", "0.0.0+latest", "https://clastix.github.io/charts", "kamaji-system"),
+    }
+    assert found["cert-manager"]["values"] == {"crds": {"enabled": True}}
+    assert found["kamaji"]["values"] == {"resources": None}
+    assert found["kamaji"]["allowNullValues"] is True
+    for release in dev.find(RELEASE):
+        assert release["provider"] == dev.one(K8S_PROVIDER, "gpu-tenancy-management")["urn"] or release["name"].startswith(
+            "tenant-"
+        )
+
+
+def test_versions_come_from_config() -> None:
+    config = dev_config()
+    config["versions"] = {"certManager": "v1.21.1", "metallb": "v0.16.0", "kamaji": "26.8.6-edge"}
+    found = {name: r["inputs"]["version"] for name, r in releases(render_config(config)).items()}
+    assert found == {"cert-manager": "v1.21.1", "metallb": "0.16.0", "kamaji": "26.8.6-edge"}
+
+
+def test_services_are_ordered_by_real_dependencies_only(dev: harness.Render) -> None:
+    found = releases(dev)
+    pool, l2 = dev.one(POOL), dev.one(L2)
+    assert found["cert-manager"]["urn"] in found["kamaji"]["dependencies"]  # webhook and etcd certificates
+    assert not dev.waits_for(found["metallb"], found["cert-manager"])
+    assert not dev.waits_for(found["cert-manager"], found["metallb"])
+    assert not dev.waits_for(found["kamaji"], found["metallb"])
+    for advertised in (pool, l2):
+        assert found["metallb"]["urn"] in advertised["dependencies"]  # MetalLB's validating webhook
+        assert not dev.waits_for(advertised, found["kamaji"])
+
+
+def test_pool_is_derived_from_the_kind_network(dev: harness.Render) -> None:
+    pool = dev.one(POOL)
+    assert pool["inputs"]["metadata"] == {"name": "gpu-tenancy", "namespace": "metallb-system"}
+    assert pool["inputs"]["spec"]["addresses"] == ["172.18.255.200-172.18.255.250"]
+    assert dev.one(COMMAND, "gpu-tenancy-management-kind-network")["urn"] in pool["dependencies"]
+    assert dev.one(L2)["inputs"]["spec"] == {"ipAddressPools": ["gpu-tenancy"]}
+
+
+def test_a_pinned_pool_wins() -> None:
+    config = dev_config()
+    config["network"] = {"pool": "172.18.200.10-172.18.200.20"}
+    render = render_config(config)
+    assert render.one(POOL)["inputs"]["spec"]["addresses"] == ["172.18.200.10-172.18.200.20"]
+    endpoints = {name: t["endpoint"] for name, t in render.outputs["tenants"].items()}
+    assert all(e.startswith("https://172.18.200.") for e in endpoints.values())

@@ -1,0 +1,100 @@
+"""The offline render: the harness, the CLI, secrets, dependencies, and config errors end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import COMMAND, K8S_PROVIDER, PROJECT_DIR, RELEASE, TCP, dev_config, render_config
+from tools import harness
+
+
+def test_every_resource_has_the_documented_fields(dev: harness.Render) -> None:
+    for resource in dev.resources:
+        assert set(resource) >= {"urn", "type", "name", "parent", "provider", "dependencies", "inputs"}
+        assert resource["urn"].startswith("urn:pulumi:dev::gpu-tenancy::")
+    urns = {r["urn"] for r in dev.resources}
+    for resource in dev.resources:
+        assert set(resource["dependencies"]) <= urns, f"{resource['name']} waits for an unknown resource"
+        if resource["parent"] and not resource["parent"].endswith("pulumi:pulumi:Stack::gpu-tenancy-dev"):
+            assert resource["parent"] in urns
+
+
+def test_dependencies_include_explicit_depends_on_and_input_flows(dev: harness.Render) -> None:
+    kamaji = dev.one(RELEASE, "gpu-tenancy-management-kamaji")
+    cert_manager = dev.one(RELEASE, "gpu-tenancy-management-cert-manager")
+    assert cert_manager["urn"] in kamaji["dependencies"]  # depends_on
+    network = dev.one(COMMAND, "gpu-tenancy-management-kind-network")
+    tcp = dev.one(TCP, "tenant-a")
+    assert network["urn"] in tcp["dependencies"]  # the VIP flows from the kind network's subnet
+
+
+def test_secrets_are_masked_unless_asked(dev: harness.Render, dev_secrets: harness.Render) -> None:
+    assert dev.outputs["managementKubeconfig"] == "[secret]"
+    assert dev.outputs["tenants"]["tenant-a"]["kubeconfig"] == "[secret]"
+    assert "BEGIN CERTIFICATE" not in json.dumps(dev.to_json())
+    assert dev_secrets.outputs["managementKubeconfig"].startswith("apiVersion: v1")
+    tenant = dev_secrets.outputs["tenants"]["tenant-a"]["kubeconfig"]
+    assert "server: https://172.18.255.230:6443" in tenant
+
+
+def test_provider_inputs_keep_the_kubeconfig_secret(dev: harness.Render) -> None:
+    for provider in dev.find(K8S_PROVIDER):
+        assert provider["inputs"]["kubeconfig"] == "[secret]"
+
+
+def test_two_renders_of_one_config_are_identical(dev: harness.Render) -> None:
+    again = harness.render_stack("dev")
+    assert json.dumps(again.to_json(), sort_keys=True) == json.dumps(dev.to_json(), sort_keys=True)
+
+
+def test_a_config_error_is_a_render_error_with_the_key_path() -> None:
+    config = dev_config()
+    config["tenants"][0]["name"] = "Tenant_A"
+    with pytest.raises(harness.RenderError) as caught:
+        render_config(config)
+    assert "tenants[0].name: 'Tenant_A' is not a DNS-1035 label" in str(caught.value)
+
+
+def test_a_live_network_conflict_is_reported_before_any_tenant_exists() -> None:
+    config = dev_config()
+    config["tenants"][1]["serviceCidr"] = "172.18.0.0/24"
+    with pytest.raises(harness.RenderError) as caught:
+        render_config(config)
+    assert "tenants[1].serviceCidr: 172.18.0.0/24 overlaps the node network 172.18.0.0/16" in str(caught.value)
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tools.render", *args], cwd=PROJECT_DIR, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_cli_prints_the_render_as_json() -> None:
+    result = run_cli("--stack", "dev")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["stack"] == "dev"
+    assert set(document) == {"stack", "resources", "outputs"}
+    assert any(r["type"] == TCP for r in document["resources"])
+    assert result.stderr == ""
+
+
+def test_cli_exits_2_with_the_message_on_a_config_error(tmp_path: Path) -> None:
+    stack = tmp_path / "Pulumi.broken.yaml"
+    stack.write_text("config:\n  gpu-tenancy:tenants:\n    - name: tenant-a\n      kubernetesVersion: v1.37.0\n")
+    result = run_cli("--config", str(stack))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "tenants[0].kubernetesVersion: v1.37.0 is newer than Kamaji supports" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_cli_exits_2_on_a_missing_file(tmp_path: Path) -> None:
+    result = run_cli("--config", str(tmp_path / "Pulumi.none.yaml"))
+    assert result.returncode == 2
+    assert "no such stack config file" in result.stderr

@@ -1,0 +1,114 @@
+"""Tenant control planes: the TCP spec, readiness, the kubeconfig read and the tenant provider."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from gpu_tenancy import kubeconfig
+from tests.conftest import K8S_PROVIDER, RELEASE, SECRET, TCP, dev_config, render_config
+from tools import harness
+
+NAMESPACE = "kubernetes:core/v1:Namespace"
+
+
+def test_one_namespace_and_tcp_per_tenant(dev: harness.Render) -> None:
+    assert sorted(r["inputs"]["metadata"]["name"] for r in dev.find(NAMESPACE) if r["name"].endswith("-namespace")) == [
+        "tenant-a",
+        "tenant-b",
+    ]
+    assert sorted(r["name"] for r in dev.find(TCP)) == ["tenant-a", "tenant-b"]
+
+
+def test_tcp_spec(dev: harness.Render) -> None:
+    tcp = dev.one(TCP, "tenant-a")["inputs"]
+    assert tcp["apiVersion"] == "kamaji.clastix.io/v1alpha1"
+    assert tcp["metadata"]["namespace"] == "tenant-a"
+    spec = tcp["spec"]
+    vip = "172.18.255.230"
+    assert spec["controlPlane"]["service"]["serviceType"] == "LoadBalancer"
+    assert spec["controlPlane"]["service"]["additionalMetadata"]["annotations"] == {"metallb.io/loadBalancerIPs": vip}
+    assert spec["networkProfile"] == {
+        "address": vip,
+        "port": 6443,
+        "podCidrs": ["10.244.0.0/16"],
+        "serviceCidrs": ["10.96.0.0/16"],
+    }
+    assert spec["kubernetes"]["version"] == "v1.36.4"
+    assert spec["addons"]["coreDNS"] == {} and spec["addons"]["kubeProxy"] == {}
+    assert spec["addons"]["konnectivity"] == {"server": {"port": 8132}, "agent": {"mode": "DaemonSet"}}
+    patches = spec["kubernetes"]["kubelet"]["configurationJSONPatches"]
+    assert {"op": "replace", "path": "/cgroupDriver", "value": "systemd"} in patches
+    assert "dataStore" not in spec  # Kamaji's default DataStore
+
+
+def test_tenant_cidrs_and_konnectivity_version_come_from_config() -> None:
+    config = dev_config()
+    config["tenants"][1].update(podCidr="10.48.0.0/16", serviceCidr="10.49.0.0/16", vip="172.18.255.240")
+    config["versions"] = {"konnectivity": "v0.35.0"}
+    tcp = render_config(config).one(TCP, "tenant-b")["inputs"]["spec"]
+    assert tcp["networkProfile"]["podCidrs"] == ["10.48.0.0/16"]
+    assert tcp["networkProfile"]["serviceCidrs"] == ["10.49.0.0/16"]
+    assert tcp["networkProfile"]["address"] == "172.18.255.240"
+    assert tcp["addons"]["konnectivity"]["server"]["version"] == "v0.35.0"
+    assert tcp["addons"]["konnectivity"]["agent"]["version"] == "v0.35.0"
+
+
+def test_pulumi_waits_until_the_tcp_is_ready(dev: harness.Render) -> None:
+    annotation = dev.one(TCP, "tenant-a")["inputs"]["metadata"]["annotations"]["pulumi.com/waitFor"]
+    conditions = json.loads(annotation)
+    assert "jsonpath={.status.kubernetesResources.version.status}=Ready" in conditions
+    assert "jsonpath={.status.addons.konnectivity.enabled}=true" in conditions
+
+
+def test_tcp_waits_for_kamaji_and_the_load_balancer_pool(dev: harness.Render) -> None:
+    tcp = dev.one(TCP, "tenant-a")
+    needed = [
+        dev.one(RELEASE, "gpu-tenancy-management-kamaji"),
+        dev.one("kubernetes:metallb.io/v1beta1:IPAddressPool"),
+        dev.one("kubernetes:metallb.io/v1beta1:L2Advertisement"),
+        dev.one(NAMESPACE, "tenant-a-namespace"),
+    ]
+    for other in needed:
+        assert other["urn"] in tcp["dependencies"], other["name"]
+
+
+def test_admin_kubeconfig_is_read_from_the_secret_kamaji_names(dev: harness.Render) -> None:
+    read = dev.one(SECRET, "tenant-a-admin-kubeconfig")
+    assert read["read"] == "tenant-a/tenant-a-admin-kubeconfig"
+    assert dev.one(TCP, "tenant-a")["urn"] in read["dependencies"]
+    assert read["provider"] == dev.one(K8S_PROVIDER, "gpu-tenancy-management")["urn"]
+
+
+def test_tenant_provider_uses_the_tenant_kubeconfig(dev: harness.Render, dev_secrets: harness.Render) -> None:
+    provider = dev.one(K8S_PROVIDER, "tenant-a")
+    assert dev.one(SECRET, "tenant-a-admin-kubeconfig")["urn"] in provider["dependencies"]
+    assert provider["inputs"]["kubeconfig"] == "[secret]"
+    config = dev_secrets.one(K8S_PROVIDER, "tenant-a")["inputs"]["kubeconfig"]
+    assert kubeconfig.server(config) == "https://172.18.255.230:6443"
+    assert yaml.safe_load(config)["users"][0]["name"] == "kubernetes-admin"
+
+
+def test_stack_outputs(dev: harness.Render) -> None:
+    assert set(dev.outputs) == {"managementKubeconfig", "tenants"}
+    assert dev.outputs["tenants"]["tenant-a"] == {
+        "kubeconfig": "[secret]",
+        "endpoint": "https://172.18.255.230:6443",
+        "kubernetesVersion": "v1.36.4",
+        "namespace": "tenant-a",
+        "workers": ["tenant-a-worker-0"],
+        "gpus": {"tenant-a-worker-0": [{"model": "A100-80GB", "count": 1, "memoryMiB": 81920}]},
+    }
+    assert dev.outputs["tenants"]["tenant-b"]["endpoint"] == "https://172.18.255.219:6443"
+    assert dev.outputs["tenants"]["tenant-b"]["gpus"] == {"tenant-b-worker-0": [{"model": "L4", "count": 2, "memoryMiB": 23034}]}
+
+
+def test_vips_are_stable_when_tenants_are_added(dev: harness.Render) -> None:
+    config = dev_config()
+    config["tenants"].insert(0, {"name": "tenant-0"})
+    config["tenants"].append({"name": "tenant-z"})
+    endpoints = {name: t["endpoint"] for name, t in render_config(config).outputs["tenants"].items()}
+    assert endpoints["tenant-a"] == dev.outputs["tenants"]["tenant-a"]["endpoint"]
+    assert endpoints["tenant-b"] == dev.outputs["tenants"]["tenant-b"]["endpoint"]
+    assert len(set(endpoints.values())) == 4
