@@ -887,7 +887,9 @@ def fit_in_devices(
 
 
 @dataclass(frozen=True)
-class _NodeFit:
+class NodeFit:
+    """A node that can take the pod: its pre-pod score and the cards per container."""
+
     node: str
     score: float
     devices: tuple[tuple[Allocation, ...], ...]
@@ -913,7 +915,7 @@ def _usage_of(allocations: Iterable[Allocation]) -> QuotaUsage:
     return sum((QuotaUsage(a.usedmem, a.usedcores) for a in allocations), QuotaUsage())
 
 
-def score_node(node: Node, requests: Sequence[Request | None], init_count: int, context: FitContext) -> _NodeFit | str:
+def score_node(node: Node, requests: Sequence[Request | None], init_count: int, context: FitContext) -> NodeFit | str:
     """``score.go`` ``scoreNode``: fit every container on a copy of the node, or the reason.
 
     Each init container is fitted on its own copy of the pre-pod node (they run one at a time);
@@ -940,7 +942,7 @@ def score_node(node: Node, requests: Sequence[Request | None], init_count: int, 
             return reason
         taken += _usage_of(picked)
         allocations.append(tuple(picked))
-    return _NodeFit(node.name, score, tuple(allocations))
+    return NodeFit(node.name, score, tuple(allocations))
 
 
 def collapse_usage(devices: Sequence[Sequence[Allocation]], init_count: int) -> dict[str, CardHold]:
@@ -975,7 +977,7 @@ def unschedulable_message(node_reasons: Mapping[str, str], total_nodes: int) -> 
     return f"{message} {', '.join(parts)}." if parts else message
 
 
-def filtering_succeeded_message(chosen: str, fits: Sequence[_NodeFit], failed: int) -> str:
+def filtering_succeeded_message(chosen: str, fits: Sequence[NodeFit], failed: int) -> str:
     """HAMi's ``FilteringSucceed`` event text (``scheduler.go`` ``Filter``)."""
     scores = ",".join(f"{fit.node}:{fit.score:.2f}" for fit in fits)
     return f"find fit node({chosen}), {failed} nodes not fit, {len(fits)} nodes fit({scores})"
@@ -1061,8 +1063,8 @@ class Cluster:
 
     def _filter(
         self, requests: Sequence[Request | None], init_count: int, context: FitContext
-    ) -> tuple[list[_NodeFit], dict[str, str]]:
-        fits: list[_NodeFit] = []
+    ) -> tuple[list[NodeFit], dict[str, str]]:
+        fits: list[NodeFit] = []
         node_reasons: dict[str, str] = {}
         for node in sorted(self.nodes, key=lambda n: n.name):
             if not node.registered:
@@ -1076,7 +1078,7 @@ class Cluster:
         return fits, node_reasons
 
     @staticmethod
-    def _choose(fits: Sequence[_NodeFit], policy: str) -> _NodeFit:
+    def _choose(fits: Sequence[NodeFit], policy: str) -> NodeFit:
         """``node_policy.go`` ``NodeScoreList.Less`` + Filter taking the last element.
 
         spread takes the least used node, anything else (binpack) the most used. Equal scores:
