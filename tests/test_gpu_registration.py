@@ -1,0 +1,89 @@
+"""The simulated inventory: each worker's cards registered the way HAMi's device plugin would."""
+
+from __future__ import annotations
+
+import json
+
+from gpu_tenancy import gpus
+from tests.conftest import COMMAND, RELEASE, dev_config, render_config
+from tools import harness
+
+
+def registration(render: harness.Render, worker: str) -> dict:
+    return render.one(COMMAND, f"{worker}-gpu-registration")
+
+
+def test_annotation_json_for_one_a100(dev: harness.Render) -> None:
+    environment = registration(dev, "tenant-a-worker-0")["inputs"]["environment"]
+    cards = json.loads(environment["HAMI_NODE_REGISTER"])
+    assert len(cards) == 1
+    card = cards[0]
+    assert card["id"].startswith("GPU-") and len(card["id"]) == 40
+    assert {k: v for k, v in card.items() if k != "id"} == {
+        "index": 0,
+        "count": 10,
+        "devmem": 81920,
+        "devcore": 100,
+        "type": "NVIDIA A100-SXM4-80GB",
+        "numa": 0,
+        "mode": "hami-core",
+        "health": True,
+    }
+    assert environment["NVIDIA_GPU_CAPACITY"] == "10"
+    assert environment["GPU_TENANCY_NODE"] == "tenant-a-worker-0"
+
+
+def test_annotation_json_for_two_l4(dev: harness.Render) -> None:
+    environment = registration(dev, "tenant-b-worker-0")["inputs"]["environment"]
+    cards = json.loads(environment["HAMI_NODE_REGISTER"])
+    assert [(c["index"], c["devmem"], c["type"], c["count"], c["health"]) for c in cards] == [
+        (0, 23034, "NVIDIA L4", 10, True),
+        (1, 23034, "NVIDIA L4", 10, True),
+    ]
+    assert len({c["id"] for c in cards}) == 2
+    assert environment["NVIDIA_GPU_CAPACITY"] == "20"  # non-zero: the mock plugin's health gate
+
+
+def test_card_ids_are_stable_and_unique_across_the_stack(dev: harness.Render) -> None:
+    again = harness.render_stack("dev")
+    ids = [
+        card["id"]
+        for worker in ("tenant-a-worker-0", "tenant-b-worker-0")
+        for card in json.loads(registration(again, worker)["inputs"]["environment"]["HAMI_NODE_REGISTER"])
+    ]
+    assert len(set(ids)) == 3
+    assert registration(again, "tenant-a-worker-0")["inputs"] == registration(dev, "tenant-a-worker-0")["inputs"]
+
+
+def test_every_catalogue_card_is_a_valid_hami_device() -> None:
+    for model in gpus.CATALOGUE.values():
+        entry = gpus.worker_cards("w", [(model.model, 1)])[0].register_entry()
+        assert "NVIDIA" in entry["type"].upper()  # HAMi ignores devices whose type lacks it
+        assert entry["devmem"] > 0 and entry["devcore"] == 100 and entry["count"] == 10 and entry["health"] is True
+    assert gpus.CATALOGUE["T4"].hami_type == "NVIDIA-Tesla T4"
+
+
+def test_registration_runs_on_the_node_with_its_own_credentials(dev: harness.Render) -> None:
+    command = registration(dev, "tenant-a-worker-0")["inputs"]
+    assert command["create"].startswith("docker exec -i ") and command["create"].endswith(" tenant-a-worker-0 sh -s")
+    script = command["stdin"]
+    assert "kubectl --kubeconfig /etc/kubernetes/kubelet.conf" in script
+    assert "--subresource=status" in script and "/status/capacity/nvidia.com~1gpu" in script
+    assert "hami.io/node-nvidia-register=" in script
+    assert "OnUnitActiveSec=30s" in script  # restored when the node re-registers
+    assert "hami.io/node-nvidia-register-" in command["delete"]
+
+
+def test_registration_waits_for_hami(dev: harness.Render) -> None:
+    command = registration(dev, "tenant-b-worker-0")
+    assert dev.one(RELEASE, "tenant-b-hami")["urn"] in command["dependencies"]
+    assert not dev.waits_for(command, dev.one(RELEASE, "tenant-a-hami"))
+
+
+def test_workers_without_gpus_are_not_registered() -> None:
+    config = dev_config()
+    config["tenants"][1]["workers"].append({"name": "tenant-b-cpu-0"})
+    render = render_config(config)
+    assert render.find(COMMAND, "tenant-b-cpu-0-gpu-registration") == []
+    assert render.outputs["tenants"]["tenant-b"]["workers"] == ["tenant-b-worker-0", "tenant-b-cpu-0"]
+    assert render.outputs["tenants"]["tenant-b"]["gpus"]["tenant-b-cpu-0"] == []

@@ -1,0 +1,62 @@
+"""HAMi per tenant: chart values, ordering after the joins, and the GPU quota."""
+
+from __future__ import annotations
+
+from tests.conftest import COMMAND, K8S_PROVIDER, RELEASE, dev_config, render_config
+from tools import harness
+
+QUOTA = "kubernetes:core/v1:ResourceQuota"
+
+
+def test_hami_release(dev: harness.Render) -> None:
+    release = dev.one(RELEASE, "tenant-a-hami")
+    inputs = release["inputs"]
+    assert (inputs["chart"], inputs["version"], inputs["namespace"]) == ("hami", "2.10.0", "kube-system")
+    assert inputs["repositoryOpts"] == {"repo": "https://project-hami.github.io/HAMi/"}
+    assert release["provider"] == dev.one(K8S_PROVIDER, "tenant-a")["urn"]
+    assert release["provider"] != dev.one(K8S_PROVIDER, "gpu-tenancy-management")["urn"]
+
+
+def test_hami_values(dev: harness.Render) -> None:
+    values = dev.one(RELEASE, "tenant-b-hami")["inputs"]["values"]
+    assert values["devicePlugin"] == {"enabled": False}
+    assert values["mockDevicePlugin"] == {"enabled": True}
+    assert values["scheduler"]["kubeScheduler"]["image"] == {
+        "registry": "registry.k8s.io",
+        "repository": "kube-scheduler",
+        "tag": "v1.36.4",
+    }
+    assert values["scheduler"]["nodeLockExpire"] == "2s"
+    assert values["scheduler"]["service"] == {"type": "ClusterIP"}
+
+
+def test_kube_scheduler_follows_the_tenant_version() -> None:
+    config = dev_config()
+    config["tenants"][0]["kubernetesVersion"] = "v1.35.7"
+    values = render_config(config).one(RELEASE, "tenant-a-hami")["inputs"]["values"]
+    assert values["scheduler"]["kubeScheduler"]["image"]["tag"] == "v1.35.7"
+
+
+def test_hami_waits_for_the_tenants_joins_and_network(dev: harness.Render) -> None:
+    hami = dev.one(RELEASE, "tenant-a-hami")
+    assert dev.one(COMMAND, "tenant-a-worker-0-join")["urn"] in hami["dependencies"]
+    assert dev.one(RELEASE, "tenant-a-calico")["urn"] in hami["dependencies"]
+    assert not dev.waits_for(hami, dev.one(COMMAND, "tenant-b-worker-0-join"))
+
+
+def test_quota_becomes_the_resource_quota_hami_enforces(dev: harness.Render) -> None:
+    quota = dev.one(QUOTA, "tenant-a-gpu-quota")
+    assert quota["inputs"]["metadata"] == {"name": "gpu-quota", "namespace": "default"}
+    assert quota["inputs"]["spec"] == {"hard": {"limits.nvidia.com/gpumem": "81920", "limits.nvidia.com/gpucores": "100"}}
+    assert quota["provider"] == dev.one(K8S_PROVIDER, "tenant-a")["urn"]
+    assert dev.find(QUOTA, "tenant-b-gpu-quota") == []  # tenant-b declares no quota
+
+
+def test_quota_in_its_own_namespace() -> None:
+    config = dev_config()
+    config["tenants"][1]["quota"] = {"gpumem": 40000, "gpucores": 150, "namespace": "ml"}
+    render = render_config(config)
+    quota = render.one(QUOTA, "tenant-b-gpu-quota")
+    assert quota["inputs"]["metadata"] == {"name": "gpu-quota", "namespace": "ml"}
+    namespace = render.one("kubernetes:core/v1:Namespace", "tenant-b-ml")
+    assert namespace["urn"] in quota["dependencies"]

@@ -1,0 +1,64 @@
+"""Tenant networking: Calico on the tenant pod CIDR and a kube-proxy that survives nested nodes."""
+
+from __future__ import annotations
+
+import base64
+
+import yaml
+
+from tests.conftest import COMMAND, K8S_PROVIDER, RELEASE, dev_config, render_config
+from tools import harness
+
+CONFIG_MAP_PATCH = "kubernetes:core/v1:ConfigMapPatch"
+DAEMON_SET_PATCH = "kubernetes:apps/v1:DaemonSetPatch"
+
+
+def test_calico_is_pinned_and_installed_through_the_tenant_provider(dev: harness.Render) -> None:
+    crds = dev.one(RELEASE, "tenant-a-calico-crds")
+    calico = dev.one(RELEASE, "tenant-a-calico")
+    for release, chart in ((crds, "crd.projectcalico.org.v1"), (calico, "tigera-operator")):
+        assert release["inputs"]["chart"] == chart
+        assert release["inputs"]["version"] == "v3.32.2"
+        assert release["inputs"]["repositoryOpts"] == {"repo": "https://docs.tigera.io/calico/charts"}
+        assert release["provider"] == dev.one(K8S_PROVIDER, "tenant-a")["urn"]
+    assert crds["urn"] in calico["dependencies"]
+
+
+def test_calico_uses_the_tenant_pod_cidr() -> None:
+    config = dev_config()
+    config["tenants"][1]["podCidr"] = "10.48.0.0/16"
+    render = render_config(config)
+    pools = render.one(RELEASE, "tenant-b-calico")["inputs"]["values"]["installation"]["calicoNetwork"]["ipPools"]
+    assert [pool["cidr"] for pool in pools] == ["10.48.0.0/16"]
+    assert render.one(RELEASE, "tenant-a-calico")["inputs"]["values"]["installation"]["calicoNetwork"]["ipPools"][0]["cidr"] == (
+        "10.244.0.0/16"
+    )
+
+
+def test_calico_values(dev: harness.Render) -> None:
+    values = dev.one(RELEASE, "tenant-a-calico")["inputs"]["values"]
+    network = values["installation"]["calicoNetwork"]
+    assert network["bgp"] == "Disabled" and network["ipPools"][0]["encapsulation"] == "VXLAN"
+    assert values["kubernetesServiceEndpoint"] == {"host": "172.18.255.230", "port": "6443"}
+    assert values["goldmane"] == values["whisker"] == values["apiServer"] == {"enabled": False}
+
+
+def test_calico_installs_after_the_joins(dev: harness.Render) -> None:
+    calico = dev.one(RELEASE, "tenant-a-calico")
+    assert dev.one(COMMAND, "tenant-a-worker-0-join")["urn"] in calico["dependencies"]
+
+
+def test_kube_proxy_gets_a_conntrack_safe_config_kamaji_leaves_alone(dev: harness.Render) -> None:
+    patch = dev.one(CONFIG_MAP_PATCH, "tenant-a-kube-proxy-config")["inputs"]
+    assert patch["metadata"]["name"] == "kube-proxy" and patch["metadata"]["namespace"] == "kube-system"
+    assert "data" not in patch  # Kamaji re-applies data within seconds
+    config = yaml.safe_load(base64.b64decode(patch["binaryData"]["gpu-tenancy.conf"]))
+    assert config["kind"] == "KubeProxyConfiguration"
+    assert config["conntrack"] == {"maxPerCore": 0}
+    assert config["clusterCIDR"] == "10.244.0.0/16"
+    assert config["clientConnection"]["kubeconfig"] == "/var/lib/kube-proxy/kubeconfig.conf"
+    daemon_set = dev.one(DAEMON_SET_PATCH, "tenant-a-kube-proxy")
+    containers = daemon_set["inputs"]["spec"]["template"]["spec"]["containers"]
+    assert containers == [{"name": "kube-proxy", "args": ["--config=/var/lib/kube-proxy/gpu-tenancy.conf"]}]
+    assert dev.one(CONFIG_MAP_PATCH, "tenant-a-kube-proxy-config")["urn"] in daemon_set["dependencies"]
+    assert daemon_set["provider"] == dev.one(K8S_PROVIDER, "tenant-a")["urn"]

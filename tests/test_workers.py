@@ -1,0 +1,212 @@
+"""Workers: the machine (a kindest/node container) and the bootstrap (token, discovery hash, join)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import shutil
+import subprocess
+
+import pytest
+
+from gpu_tenancy import kubeadm, kubeconfig
+from tests.conftest import COMMAND, CONTAINER, K8S_PROVIDER, SECRET, TCP, dev_config, render_config
+from tools import harness
+
+ROLE = "kubernetes:rbac.authorization.k8s.io/v1:Role"
+BINDING = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
+
+
+def test_machine_runs_the_way_kind_runs_its_nodes(dev: harness.Render) -> None:
+    container = dev.one(CONTAINER, "tenant-a-worker-0")["inputs"]
+    assert container["name"] == container["hostname"] == "tenant-a-worker-0"
+    assert container["privileged"] is True
+    assert container["networksAdvanced"] == [{"name": "kind", "aliases": ["tenant-a-worker-0"]}]
+    assert container["tmpfs"] == {"/run": "", "/tmp": ""}
+    assert {"containerPath": "/var"} in container["volumes"]
+    assert {"hostPath": "/lib/modules", "containerPath": "/lib/modules", "readOnly": True} in container["volumes"]
+    assert sorted(container["securityOpts"]) == ["apparmor=unconfined", "seccomp=unconfined"]
+    assert container["cgroupnsMode"] == "private"
+    labels = {label["label"]: label["value"] for label in container["labels"]}
+    assert labels == {"gpu-tenancy.io/tenant": "tenant-a", "gpu-tenancy.io/role": "worker"}
+    assert not any(key.startswith("io.x-k8s.kind") for key in labels)  # `kind delete cluster` would take it
+
+
+def test_machine_image_is_pulled_at_the_tenant_version() -> None:
+    config = dev_config()
+    config["tenants"][1]["kubernetesVersion"] = "v1.35.7"
+    render = render_config(config)
+    image = render.one("docker:index/remoteImage:RemoteImage", "tenant-b-worker-0-image")
+    assert image["inputs"]["name"] == "kindest/node:v1.35.7"
+    container = render.one(CONTAINER, "tenant-b-worker-0")
+    assert image["urn"] in container["dependencies"]
+    assert container["inputs"]["image"].startswith("sha256:")
+
+
+def test_machine_waits_for_the_kind_network(dev: harness.Render) -> None:
+    container = dev.one(CONTAINER, "tenant-b-worker-0")
+    assert dev.one(COMMAND, "gpu-tenancy-management-kind-network")["urn"] in container["dependencies"]
+
+
+def token_secret(render: harness.Render, worker: str) -> dict:
+    return render.one(SECRET, f"{worker}-bootstrap-token")
+
+
+def test_bootstrap_token_secret_format(dev_secrets: harness.Render) -> None:
+    secret = token_secret(dev_secrets, "tenant-a-worker-0")
+    data = secret["inputs"]["stringData"]
+    token_id = data["token-id"]
+    assert kubeadm.TOKEN_ID_PATTERN.match(token_id)
+    assert kubeadm.TOKEN_SECRET_PATTERN.match(data["token-secret"])
+    assert secret["inputs"]["metadata"]["name"] == f"bootstrap-token-{token_id}"
+    assert secret["inputs"]["metadata"]["namespace"] == "kube-system"
+    assert secret["inputs"]["type"] == "bootstrap.kubernetes.io/token"
+    assert data["usage-bootstrap-authentication"] == "true"
+    assert data["usage-bootstrap-signing"] == "true"
+    assert data["auth-extra-groups"] == "system:bootstrappers:kubeadm:default-node-token"
+    assert data["expiration"] == "2026-12-02T00:00:00Z"
+    assert set(data) == {
+        "token-id", "token-secret", "expiration", "description", "auth-extra-groups",
+        "usage-bootstrap-authentication", "usage-bootstrap-signing",
+    }  # fmt: skip
+    assert secret["provider"] == dev_secrets.one(K8S_PROVIDER, "tenant-a")["urn"]
+
+
+def test_token_is_never_in_plain_text(dev: harness.Render) -> None:
+    assert token_secret(dev, "tenant-a-worker-0")["inputs"]["stringData"] == "[secret]"
+    join = dev.one(COMMAND, "tenant-a-worker-0-join")["inputs"]
+    assert join["stdin"] == "[secret]"
+    assert "JOIN_TOKEN" not in join["environment"]
+    assert "JOIN_TOKEN" not in join["create"]
+    random_secret = dev.one("random:index/randomString:RandomString", "tenant-a-worker-0-token-secret")
+    assert random_secret["inputs"]["length"] == 16
+
+
+def test_token_lives_in_state_and_changes_only_with_the_machine(dev: harness.Render) -> None:
+    container = dev.one(CONTAINER, "tenant-a-worker-0")
+    for name in ("tenant-a-worker-0-token-id", "tenant-a-worker-0-token-secret"):
+        token = dev.one("random:index/randomString:RandomString", name)
+        assert token["inputs"]["special"] is False and token["inputs"]["upper"] is False
+        assert container["urn"] in token["dependencies"]  # keepers: a new machine gets a new token
+    expiry = dev.one("time:index/offset:Offset", "tenant-a-worker-0-token-expiry")
+    assert expiry["inputs"]["offsetHours"] == 24
+    assert container["urn"] in expiry["dependencies"]
+
+
+def _der_element(data: bytes, offset: int) -> tuple[int, int, int]:
+    """(tag, start of content, end of element) of the DER element at ``offset``."""
+    tag, length = data[offset], data[offset + 1]
+    start = offset + 2
+    if length & 0x80:
+        size = length & 0x7F
+        length = int.from_bytes(data[start : start + size], "big")
+        start += size
+    return tag, start, start + length
+
+
+def raw_subject_public_key_info(der: bytes) -> bytes:
+    """The certificate's SubjectPublicKeyInfo bytes exactly as stored (RFC 5280 field order)."""
+    _, tbs_start, _ = _der_element(der, 0)  # Certificate
+    _, position, _ = _der_element(der, tbs_start)  # TBSCertificate content
+    if der[position] == 0xA0:  # [0] version
+        position = _der_element(der, position)[2]
+    for _ in range(5):  # serialNumber, signature, issuer, validity, subject
+        position = _der_element(der, position)[2]
+    return der[position : _der_element(der, position)[2]]
+
+
+@pytest.mark.parametrize("tenant", ["tenant-a", "tenant-b"])
+def test_discovery_hash_matches_an_independent_computation(dev_secrets: harness.Render, tenant: str) -> None:
+    tenant_config = dev_secrets.one(K8S_PROVIDER, tenant)["inputs"]["kubeconfig"]
+    ca_pem = kubeconfig.ca_certificate(tenant_config)
+    der = base64.b64decode("".join(line for line in ca_pem.splitlines() if "-----" not in line))
+    expected = "sha256:" + hashlib.sha256(raw_subject_public_key_info(der)).hexdigest()
+    worker = f"{tenant}-worker-0"
+    join = dev_secrets.one(COMMAND, f"{worker}-join")["inputs"]
+    assert join["environment"]["JOIN_CA_CERT_HASH"] == expected
+    if shutil.which("openssl"):  # kubeadm's documented recipe
+        pubkey = subprocess.run(["openssl", "x509", "-pubkey", "-noout"], input=ca_pem.encode(), capture_output=True, check=True)
+        spki = subprocess.run(
+            ["openssl", "pkey", "-pubin", "-outform", "der"], input=pubkey.stdout, capture_output=True, check=True
+        )
+        assert expected == "sha256:" + hashlib.sha256(spki.stdout).hexdigest()
+
+
+def test_join_runs_kubeadm_in_the_container_against_the_tenant_vip(dev_secrets: harness.Render) -> None:
+    join = dev_secrets.one(COMMAND, "tenant-a-worker-0-join")["inputs"]
+    assert join["create"] == "docker exec -i -e GPU_TENANCY_TENANT -e JOIN_ENDPOINT -e JOIN_CA_CERT_HASH tenant-a-worker-0 sh -s"
+    assert join["environment"]["JOIN_ENDPOINT"] == "172.18.255.230:6443"
+    assert join["environment"]["GPU_TENANCY_TENANT"] == "tenant-a"
+    token_data = token_secret(dev_secrets, "tenant-a-worker-0")["inputs"]["stringData"]
+    token = f"{token_data['token-id']}.{token_data['token-secret']}"
+    assert join["stdin"].startswith(f"JOIN_TOKEN={token}\n")
+    script = join["stdin"]
+    assert 'kubeadm join "$JOIN_ENDPOINT" --token "$JOIN_TOKEN"' in script
+    assert '--discovery-token-ca-cert-hash "$JOIN_CA_CERT_HASH"' in script
+    assert "--ignore-preflight-errors=SystemVerification\n" in script  # the only ignore a nested node needs
+    assert "--node-labels=gpu=on,gpu-tenancy.io/tenant=tenant-a" in script
+    assert "kubeadm reset --force" in join["delete"]
+
+
+def test_join_reruns_only_when_token_endpoint_or_machine_change(dev_secrets: harness.Render) -> None:
+    join = dev_secrets.one(COMMAND, "tenant-a-worker-0-join")["inputs"]
+    token_data = token_secret(dev_secrets, "tenant-a-worker-0")["inputs"]["stringData"]
+    container = dev_secrets.one(CONTAINER, "tenant-a-worker-0")
+    assert join["triggers"] == [
+        f"{token_data['token-id']}.{token_data['token-secret']}",
+        "172.18.255.230:6443",
+        "tenant-a-worker-0-id",
+    ]
+    assert container["urn"] in dev_secrets.one(COMMAND, "tenant-a-worker-0-join")["dependencies"]
+
+
+def test_join_waits_for_its_tcp_and_its_token(dev: harness.Render) -> None:
+    join = dev.one(COMMAND, "tenant-a-worker-0-join")
+    assert dev.waits_for(join, dev.one(TCP, "tenant-a"))
+    assert token_secret(dev, "tenant-a-worker-0")["urn"] in join["dependencies"]
+    assert dev.one(BINDING, "tenant-a-bootstrap-config-reader")["urn"] in join["dependencies"]
+    assert not dev.waits_for(join, dev.one(TCP, "tenant-b"))
+
+
+def test_bootstrappers_may_read_exactly_the_join_configmaps(dev: harness.Render) -> None:
+    role = dev.one(ROLE, "tenant-a-bootstrap-config-reader")["inputs"]
+    assert role["metadata"]["namespace"] == "kube-system"
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["kubeadm-config", "kubelet-config"], "verbs": ["get"]}
+    ]
+    binding = dev.one(BINDING, "tenant-a-bootstrap-config-reader")["inputs"]
+    assert binding["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:bootstrappers:kubeadm:default-node-token"}
+    ]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
+    assert dev.one(ROLE, "tenant-a-bootstrap-config-reader")["provider"] == dev.one(K8S_PROVIDER, "tenant-a")["urn"]
+
+
+def test_nested_nodes_get_kinds_kubelet_settings(dev: harness.Render) -> None:
+    patches = dev.one(TCP, "tenant-a")["inputs"]["spec"]["kubernetes"]["kubelet"]["configurationJSONPatches"]
+    assert {"op": "add", "path": "/failSwapOn", "value": False} in patches
+
+
+@pytest.mark.parametrize("script", ["stdin", "delete"])
+def test_machine_scripts_are_valid_posix_shell(dev_secrets: harness.Render, script: str) -> None:
+    for command in dev_secrets.find(COMMAND):
+        if command["name"].startswith("tenant-"):
+            text = command["inputs"][script]
+            if script == "delete":
+                text = text.split(" sh -c ", 1)[1].rsplit(" || true", 1)[0]
+            subprocess.run(["sh", "-n"], input=text.encode(), check=True)
+
+
+def test_workers_of_one_tenant_join_only_that_tenant() -> None:
+    config = dev_config()
+    config["tenants"][0]["workers"].append({"name": "tenant-a-worker-1"})
+    render = render_config(config)
+    joins = {c["name"]: c for c in render.find(COMMAND) if c["name"].endswith("-join")}
+    assert set(joins) == {"tenant-a-worker-0-join", "tenant-a-worker-1-join", "tenant-b-worker-0-join"}
+    extra = joins["tenant-a-worker-1-join"]
+    assert render.waits_for(extra, render.one(TCP, "tenant-a"))
+    assert not render.waits_for(extra, render.one(TCP, "tenant-b"))
+    assert (
+        '--node-labels=gpu-tenancy.io/tenant=tenant-a" > /etc/default/kubelet'
+        in render_config(config, show_secrets=True).one(COMMAND, "tenant-a-worker-1-join")["inputs"]["stdin"]
+    )  # no GPUs, no gpu=on label
