@@ -11,11 +11,13 @@ device-plugin checkpoint) is registered again within half a minute.
 
 from __future__ import annotations
 
+import shlex
+
 import pulumi
 
 from gpu_tenancy import gpus
 
-from .worker_machine import DockerWorkerMachine
+from .worker_machine import WorkerMachine
 
 REFRESH_SECONDS = 30
 
@@ -65,12 +67,13 @@ echo "could not register the GPUs of $GPU_TENANCY_NODE" >&2
 exit 1
 """
 
-_UNREGISTER = (
-    "systemctl disable --now gpu-tenancy-register.timer || true; "
-    "rm -f /etc/systemd/system/gpu-tenancy-register.* /usr/local/bin/gpu-tenancy-register; "
-    'kubectl --kubeconfig /etc/kubernetes/kubelet.conf annotate node "$(hostname)" '
-    f"{gpus.REGISTER_ANNOTATION}- || true"
-)
+
+def unregister_script(node: str) -> str:
+    return (
+        "systemctl disable --now gpu-tenancy-register.timer || true; "
+        "rm -f /etc/systemd/system/gpu-tenancy-register.* /usr/local/bin/gpu-tenancy-register; "
+        f"kubectl --kubeconfig /etc/kubernetes/kubelet.conf annotate node {shlex.quote(node)} {gpus.REGISTER_ANNOTATION}- || true"
+    )
 
 
 class GpuRegistration(pulumi.ComponentResource):
@@ -80,7 +83,7 @@ class GpuRegistration(pulumi.ComponentResource):
         self,
         name: str,
         tenant: str,
-        machine: DockerWorkerMachine,
+        machine: WorkerMachine,
         cards: list[gpus.Card],
         depends_on: list[pulumi.Resource],
         opts: pulumi.ResourceOptions | None = None,
@@ -96,7 +99,7 @@ class GpuRegistration(pulumi.ComponentResource):
                 "NVIDIA_GPU_CAPACITY": str(gpus.gpu_capacity(cards)),
             },
             secrets={},
-            delete=_UNREGISTER,
+            delete=unregister_script(machine.hostname),
             triggers=None,
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on),
         )

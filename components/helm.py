@@ -13,7 +13,7 @@ def chart(
     release: str,
     chart_key: str,
     version: str,
-    namespace: str,
+    namespace: pulumi.Input[str],
     values: pulumi.Input[dict],
     opts: pulumi.ResourceOptions,
     chart_name: str | None = None,

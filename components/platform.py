@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pulumi
+import pulumi_kubernetes as k8s
 
 from gpu_tenancy.config import AddressPlan, ConfigError, StackConfig, address_plan
 
@@ -14,8 +15,15 @@ from .stack_config import fail
 from .tenant import Tenant
 
 
+def _plan(config: StackConfig, node_subnets: str | None) -> AddressPlan:
+    try:
+        return address_plan(config, node_subnets)
+    except ConfigError as error:
+        raise fail(error) from None
+
+
 class Platform(pulumi.ComponentResource):
-    """gpu-tenancy on one Docker host: a kind management cluster and its tenants."""
+    """Kamaji and its tenants, on a kind cluster the program creates or on an existing cluster."""
 
     management_kubeconfig: pulumi.Output[str]
     tenants: dict[str, Tenant]
@@ -23,33 +31,42 @@ class Platform(pulumi.ComponentResource):
     def __init__(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpu-tenancy:platform:Platform", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        kind = KindCluster(f"{name}-management", config.management.name, config.management.node_image, child)
-        self.management_kubeconfig = kind.kubeconfig
+        worker_network: pulumi.Input[str] | None
+        if config.management.mode == "kind":
+            kind = KindCluster(f"{name}-management", config.management.name, config.management.node_image, child)
+            self.management_kubeconfig = kind.kubeconfig
+            provider = kind.provider
+            # The pool and VIPs depend on the kind network's subnet, which exists only after kind
+            # has run; in a preview of an empty host they stay unknown.
+            addresses = kind.node_subnets.apply(lambda subnets: _plan(config, subnets))
+            worker_network = kind.network
+        else:
+            assert config.management.kubeconfig is not None  # required by config validation
+            self.management_kubeconfig = pulumi.Output.secret(config.management.kubeconfig)
+            provider = k8s.Provider(f"{name}-management", kubeconfig=self.management_kubeconfig, opts=child)
+            addresses = pulumi.Output.from_input(_plan(config, None))
+            worker_network = config.network.worker_network
 
-        def plan(node_subnets: str) -> AddressPlan:
-            try:
-                return address_plan(config, node_subnets)
-            except ConfigError as error:
-                raise fail(error) from None
-
-        # The pool and VIPs depend on the kind network's subnet, which exists only after kind
-        # has run; in a preview of an empty host they stay unknown.
-        addresses = kind.node_subnets.apply(plan)
+        # MetalLB when the program knows the pool: always with kind, with an existing cluster only
+        # when network.pool is given (otherwise that cluster's own LoadBalancer serves the VIPs).
+        with_pool = config.management.mode == "kind" or config.network.pool is not None
         management = ManagementCluster(
             f"{name}-management",
             config.versions,
-            addresses.apply(lambda plan: str(plan.pool)),
-            kind.provider,
+            addresses.apply(lambda plan: str(plan.pool)) if with_pool else None,
+            provider,
             child,
         )
         self.tenants = {
             tenant.name: Tenant(
                 tenant,
-                addresses.apply(lambda plan, name=tenant.name: str(plan.vips[name])),
+                addresses.apply(lambda plan, name=tenant.name: str(plan.vips[name]))
+                if with_pool or tenant.vip is not None
+                else None,
                 config.versions,
-                kind.provider,
+                provider,
                 [management.kamaji, *management.load_balancer],
-                kind.network,
+                worker_network,
                 child,
             )
             for tenant in config.tenants

@@ -7,16 +7,19 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from gpu_tenancy import gpus, kubeadm
+from gpu_tenancy import gpus
 from gpu_tenancy.config import Tenant as TenantConfig
 from gpu_tenancy.config import Versions
+from gpu_tenancy.config import Worker as WorkerConfig
 
+from .docker_worker_machine import DockerWorkerMachine
 from .gpu_registration import GpuRegistration
 from .hami import Hami
-from .tenant_control_plane import API_PORT, TenantControlPlane
+from .ssh_worker_machine import SshWorkerMachine
+from .tenant_control_plane import TenantControlPlane
 from .tenant_network import TenantNetwork
 from .worker_join import JoinPermissions, WorkerJoin
-from .worker_machine import TENANT_LABEL, DockerWorkerMachine
+from .worker_machine import TENANT_LABEL, WorkerMachine
 
 
 class Tenant(pulumi.ComponentResource):
@@ -28,17 +31,18 @@ class Tenant(pulumi.ComponentResource):
     def __init__(
         self,
         config: TenantConfig,
-        vip: pulumi.Input[str],
+        vip: pulumi.Input[str] | None,
         versions: Versions,
         management: k8s.Provider,
         control_plane_prerequisites: list[pulumi.Resource],
-        node_network: pulumi.Input[str],
+        worker_network: pulumi.Input[str] | None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("gpu-tenancy:tenant:Tenant", config.name, None, opts)
         name = config.name
         child = pulumi.ResourceOptions(parent=self)
-        nested_nodes = True
+        machines = {worker.name: self._machine(config, worker, worker_network) for worker in config.workers}
+        nested_nodes = any(machine.nested for machine in machines.values())
         self.control_plane = TenantControlPlane(
             name,
             config,
@@ -46,51 +50,51 @@ class Tenant(pulumi.ComponentResource):
             management,
             versions.konnectivity,
             nested_nodes=nested_nodes,
+            data_store_version=versions.kamaji_etcd,
             depends_on=control_plane_prerequisites,
             opts=child,
         )
         provider = self.control_plane.provider
         permissions = JoinPermissions(name, provider, child)
-        endpoint = pulumi.Output.concat(vip, f":{API_PORT}")
 
-        machines: dict[str, DockerWorkerMachine] = {}
         joins: list[pulumi.Resource] = []
         for worker in config.workers:
-            machine = DockerWorkerMachine(worker.name, name, config.kubernetes_version, node_network, child)
-            labels = {TENANT_LABEL: name, **({gpus.GPU_NODE_LABEL[0]: gpus.GPU_NODE_LABEL[1]} if worker.cards else {})}
+            labels = {TENANT_LABEL: name, **({gpus.GPU_NODE_LABEL[0]: gpus.GPU_NODE_LABEL[1]} if worker.gpus else {})}
             join = WorkerJoin(
                 worker.name,
                 name,
-                machine,
-                endpoint,
+                machines[worker.name],
+                self.control_plane.endpoint,
                 self.control_plane.kubeconfig,
                 provider,
                 permissions,
                 node_labels=labels,
-                preflight_ignores=kubeadm.NESTED_NODE_PREFLIGHT_IGNORES,
                 opts=child,
             )
-            machines[worker.name] = machine
             joins.append(join.join)
 
-        network = TenantNetwork(name, config.pod_cidr, vip, versions, provider, joins, nested_nodes, child)
+        network = TenantNetwork(
+            name, config.pod_cidr, self.control_plane.endpoint, versions, provider, joins, nested_nodes, child
+        )
+        mock_devices = config.gpu_mode == "mock"
         hami = Hami(
             name,
             versions.hami,
             config.kubernetes_version,
-            mock_devices=True,
+            mock_devices=mock_devices,
             quota=config.quota,
             provider=provider,
             depends_on=[*joins, *network.ready],
             opts=child,
         )
-        for worker in config.workers:
-            if worker.cards:
-                GpuRegistration(worker.name, name, machines[worker.name], worker.cards, [hami.release], child)
+        if mock_devices:
+            for worker in config.workers:
+                if worker.cards:
+                    GpuRegistration(worker.name, name, machines[worker.name], worker.cards, [hami.release], child)
 
         self.outputs = {
             "kubeconfig": self.control_plane.kubeconfig,
-            "endpoint": self.control_plane.endpoint,
+            "endpoint": pulumi.Output.concat("https://", self.control_plane.endpoint),
             "kubernetesVersion": config.kubernetes_version,
             "namespace": self.control_plane.namespace,
             "workers": [worker.name for worker in config.workers],
@@ -103,3 +107,11 @@ class Tenant(pulumi.ComponentResource):
             },
         }
         self.register_outputs(self.outputs)
+
+    def _machine(self, tenant: TenantConfig, worker: WorkerConfig, network: pulumi.Input[str] | None) -> WorkerMachine:
+        child = pulumi.ResourceOptions(parent=self)
+        if worker.ssh is not None:
+            return SshWorkerMachine(worker.name, worker.ssh, tenant.kubernetes_version, tenant.gpu_mode, child)
+        if network is None:  # config validation requires a network for docker workers
+            raise ValueError(f"docker worker {worker.name} has no network to join")
+        return DockerWorkerMachine(worker.name, tenant.name, tenant.kubernetes_version, network, child)

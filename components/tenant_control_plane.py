@@ -12,6 +12,8 @@ from pulumi_kubernetes import _utilities as k8s_utilities
 
 from gpu_tenancy.config import Tenant
 
+from .tenant_datastore import DedicatedDataStore
+
 API_PORT = 6443
 KONNECTIVITY_PORT = 8132
 TENANT_LABEL = "gpu-tenancy.io/tenant"
@@ -41,9 +43,17 @@ NESTED_KUBELET_PATCHES: list[dict[str, Any]] = [
 
 
 def control_plane_spec(
-    tenant: Tenant, vip: pulumi.Input[str], konnectivity_version: str | None, nested_nodes: bool
+    tenant: Tenant,
+    vip: pulumi.Input[str] | None,
+    konnectivity_version: str | None,
+    nested_nodes: bool,
+    data_store: str | None,
 ) -> dict[str, Any]:
-    """The TenantControlPlane ``spec`` (kamaji.clastix.io/v1alpha1)."""
+    """The TenantControlPlane ``spec`` (kamaji.clastix.io/v1alpha1).
+
+    Without a ``vip`` the management cluster's own LoadBalancer picks the address, which Kamaji
+    then reports as the control plane endpoint.
+    """
     konnectivity: dict[str, Any] = {"server": {"port": KONNECTIVITY_PORT}, "agent": {"mode": "DaemonSet"}}
     if konnectivity_version:
         konnectivity["server"]["version"] = konnectivity_version
@@ -51,34 +61,35 @@ def control_plane_spec(
     kubelet_patches = [{"op": "replace", "path": "/cgroupDriver", "value": "systemd"}]
     if nested_nodes:
         kubelet_patches += NESTED_KUBELET_PATCHES
-    return {
+    service_metadata: dict[str, Any] = {"labels": {TENANT_LABEL: tenant.name}}
+    network_profile: dict[str, Any] = {
+        "port": API_PORT,
+        "podCidrs": [str(tenant.pod_cidr)],
+        "serviceCidrs": [str(tenant.service_cidr)],
+    }
+    if vip is not None:
+        # MetalLB >= 0.13 reads the requested address from this annotation.
+        service_metadata["annotations"] = {"metallb.io/loadBalancerIPs": vip}
+        network_profile["address"] = vip
+    spec: dict[str, Any] = {
         "controlPlane": {
             "deployment": {
                 # One management node: a second replica costs memory and buys no availability.
                 "replicas": 1,
                 "additionalMetadata": {"labels": {TENANT_LABEL: tenant.name}},
             },
-            "service": {
-                "serviceType": "LoadBalancer",
-                "additionalMetadata": {
-                    "labels": {TENANT_LABEL: tenant.name},
-                    # MetalLB >= 0.13 reads the requested address from this annotation.
-                    "annotations": {"metallb.io/loadBalancerIPs": vip},
-                },
-            },
+            "service": {"serviceType": "LoadBalancer", "additionalMetadata": service_metadata},
         },
         "kubernetes": {
             "version": tenant.kubernetes_version,
             "kubelet": {"configurationJSONPatches": kubelet_patches},
         },
-        "networkProfile": {
-            "address": vip,
-            "port": API_PORT,
-            "podCidrs": [str(tenant.pod_cidr)],
-            "serviceCidrs": [str(tenant.service_cidr)],
-        },
+        "networkProfile": network_profile,
         "addons": {"coreDNS": {}, "kubeProxy": {}, "konnectivity": konnectivity},
     }
+    if data_store is not None:
+        spec["dataStore"] = data_store
+    return spec
 
 
 class _TenantControlPlaneResource(pulumi.CustomResource):
@@ -107,10 +118,10 @@ class _TenantControlPlaneResource(pulumi.CustomResource):
 
 
 class TenantControlPlane(pulumi.ComponentResource):
-    """Namespace and TCP in the management cluster; the tenant's admin kubeconfig and provider."""
+    """Namespace, data store and TCP in the management cluster; the tenant's kubeconfig and provider."""
 
     kubeconfig: pulumi.Output[str]
-    endpoint: pulumi.Output[str]
+    endpoint: pulumi.Output[str]  # host:port the workers join
     namespace: str
     provider: k8s.Provider
 
@@ -118,10 +129,11 @@ class TenantControlPlane(pulumi.ComponentResource):
         self,
         name: str,
         tenant: Tenant,
-        vip: pulumi.Input[str],
+        vip: pulumi.Input[str] | None,
         management: k8s.Provider,
         konnectivity_version: str | None,
         nested_nodes: bool,
+        data_store_version: str,
         depends_on: list[pulumi.Resource],
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
@@ -138,6 +150,7 @@ class TenantControlPlane(pulumi.ComponentResource):
             metadata={"name": self.namespace, "labels": labels},
             opts=pulumi.ResourceOptions(parent=self),
         )
+        data_store, prerequisites = self._data_store(name, tenant, namespace, data_store_version)
         tcp = _TenantControlPlaneResource(
             name,
             metadata={
@@ -146,9 +159,11 @@ class TenantControlPlane(pulumi.ComponentResource):
                 "labels": {**labels, "tenant.clastix.io": tenant.name},
                 "annotations": {"pulumi.com/waitFor": READY},
             },
-            spec=control_plane_spec(tenant, vip, konnectivity_version, nested_nodes),
+            spec=control_plane_spec(tenant, vip, konnectivity_version, nested_nodes, data_store),
             # Kamaji's CRD and webhooks come with its release; the LoadBalancer address with MetalLB's pool.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on, custom_timeouts=pulumi.CustomTimeouts(create="20m")),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[*depends_on, *prerequisites], custom_timeouts=pulumi.CustomTimeouts(create="20m")
+            ),
         )
         # Kamaji names the Secret in the TCP's status; reading it by that output defers the read
         # until the TCP exists, so a preview of a fresh stack does not look for it.
@@ -158,7 +173,13 @@ class TenantControlPlane(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[tcp]),
         )
         self.kubeconfig = pulumi.Output.secret(admin.data.apply(lambda data: base64.b64decode(data["admin.conf"]).decode()))
-        self.endpoint = pulumi.Output.concat("https://", vip, f":{API_PORT}")
+        # A pinned or planned VIP is known before the TCP exists; otherwise the LoadBalancer's
+        # address is, once Kamaji reports it.
+        self.endpoint = (
+            pulumi.Output.concat(vip, f":{API_PORT}")
+            if vip is not None
+            else tcp.status.apply(lambda status: status["controlPlaneEndpoint"])
+        )
         self.provider = k8s.Provider(
             name,
             kubeconfig=self.kubeconfig,
@@ -166,3 +187,16 @@ class TenantControlPlane(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({"kubeconfig": self.kubeconfig, "endpoint": self.endpoint})
+
+    def _data_store(
+        self, name: str, tenant: Tenant, namespace: k8s.core.v1.Namespace, version: str
+    ) -> tuple[str | None, list[pulumi.Resource]]:
+        """The DataStore the TCP names (None: Kamaji's default) and what must exist first."""
+        if tenant.data_store == "shared":
+            return None, []
+        if tenant.data_store == "dedicated":
+            store = DedicatedDataStore(
+                name, tenant.name, namespace.metadata["name"], version, pulumi.ResourceOptions(parent=self)
+            )
+            return store.name, [store.release]
+        return tenant.data_store, []

@@ -12,13 +12,12 @@ import yaml
 from gpu_tenancy.config import Versions
 
 from .helm import chart
-from .tenant_control_plane import API_PORT
 
 CALICO_NAMESPACE = "tigera-operator"
 KUBE_PROXY_CONFIG_KEY = "gpu-tenancy.conf"
 
 
-def calico_values(pod_cidr: ipaddress.IPv4Network, api_host: pulumi.Input[str]) -> dict:
+def calico_values(pod_cidr: ipaddress.IPv4Network, api_endpoint: pulumi.Input[str]) -> dict:
     """tigera-operator values; ``installation`` is passed to the operator's Installation resource."""
     return {
         "installation": {
@@ -35,7 +34,10 @@ def calico_values(pod_cidr: ipaddress.IPv4Network, api_host: pulumi.Input[str]) 
         "goldmane": {"enabled": False},
         "whisker": {"enabled": False},
         # The operator starts before Service routing works; point it at the API server directly.
-        "kubernetesServiceEndpoint": {"host": api_host, "port": str(API_PORT)},
+        "kubernetesServiceEndpoint": {
+            "host": pulumi.Output.from_input(api_endpoint).apply(lambda endpoint: endpoint.rsplit(":", 1)[0]),
+            "port": pulumi.Output.from_input(api_endpoint).apply(lambda endpoint: endpoint.rsplit(":", 1)[1]),
+        },
     }
 
 
@@ -68,7 +70,7 @@ class TenantNetwork(pulumi.ComponentResource):
         self,
         name: str,
         pod_cidr: ipaddress.IPv4Network,
-        api_host: pulumi.Input[str],
+        api_endpoint: pulumi.Input[str],
         versions: Versions,
         provider: k8s.Provider,
         nodes: list[pulumi.Resource],
@@ -99,7 +101,7 @@ class TenantNetwork(pulumi.ComponentResource):
             "calico",
             versions.calico,
             CALICO_NAMESPACE,
-            calico_values(pod_cidr, api_host),
+            calico_values(pod_cidr, api_endpoint),
             pulumi.ResourceOptions(parent=self, depends_on=[crds, *nodes]),
             chart_name="tigera-operator",
         )

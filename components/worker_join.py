@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
@@ -9,15 +11,20 @@ import pulumiverse_time as time
 
 from gpu_tenancy import kubeadm, kubeconfig
 
-from .worker_machine import TENANT_LABEL, DockerWorkerMachine
+from .worker_machine import TENANT_LABEL, WorkerMachine
 
 # A token outlives its join only long enough to retry one; the kubelet has certificates after.
 TOKEN_TTL_HOURS = 24
 BOOTSTRAP_READER = "gpu-tenancy:bootstrap-config-reader"
 
-# Leave the tenant cleanly when the worker goes: drop the Node (with the node's own credentials;
-# NodeRestriction lets a kubelet delete its own Node) and reset kubeadm's state.
-_LEAVE = 'kubectl --kubeconfig /etc/kubernetes/kubelet.conf delete node "$(hostname)" --wait=false || true; kubeadm reset --force'
+
+def leave_script(node: str) -> str:
+    """Leave the tenant cleanly when the worker goes: drop its Node with the node's own credentials
+    (the Node authorizer lets a kubelet delete its own Node), then reset kubeadm's state."""
+    return (
+        f"kubectl --kubeconfig /etc/kubernetes/kubelet.conf delete node {shlex.quote(node)} --wait=false || true; "
+        "kubeadm reset --force"
+    )
 
 
 class JoinPermissions(pulumi.ComponentResource):
@@ -71,18 +78,17 @@ class WorkerJoin(pulumi.ComponentResource):
         self,
         name: str,
         tenant: str,
-        machine: DockerWorkerMachine,
+        machine: WorkerMachine,
         endpoint: pulumi.Input[str],
         tenant_kubeconfig: pulumi.Input[str],
         provider: k8s.Provider,
         permissions: JoinPermissions,
         node_labels: dict[str, str],
-        preflight_ignores: tuple[str, ...],
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("gpu-tenancy:worker:WorkerJoin", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        keepers = {"machine": machine.container_id}
+        keepers = {"machine": machine.machine_id}
         token_id = random.RandomString(f"{name}-token-id", length=6, special=False, upper=False, keepers=keepers, opts=child)
         token_secret = random.RandomString(
             f"{name}-token-secret",
@@ -121,14 +127,14 @@ class WorkerJoin(pulumi.ComponentResource):
         )
         self.join = machine.run(
             f"{name}-join",
-            script=kubeadm.join_script(machine.hostname, preflight_ignores, node_labels),
+            script=kubeadm.join_script(machine.hostname, machine.preflight_ignores, node_labels),
             environment={
                 "GPU_TENANCY_TENANT": tenant,
                 "JOIN_ENDPOINT": endpoint,
                 "JOIN_CA_CERT_HASH": ca_hash,
             },
             secrets={"JOIN_TOKEN": token},
-            delete=_LEAVE,
+            delete=leave_script(machine.hostname),
             triggers=[token, endpoint],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[token_secret_resource, permissions.binding]),
         )

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AfterValidator,
@@ -30,6 +30,8 @@ CONFIG_NAMESPACE = "gpu-tenancy"
 
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_1123 = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DOCKER_NETWORK = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
 _KUBE_VERSION = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
 _IMAGE = re.compile(r"^[a-z0-9]+(?:[._/-][a-z0-9]+)*(?::[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(?:@sha256:[a-f0-9]{64})?$")
 
@@ -91,6 +93,26 @@ def _pool(value: str) -> str:
     return value
 
 
+def _data_store(value: str) -> str:
+    if value in ("shared", "dedicated"):
+        return value
+    if len(value) > 253 or not _DNS_1123_SUBDOMAIN.match(value):
+        raise ValueError(f"{value!r} is neither 'shared', 'dedicated' nor the name of a DataStore (a DNS-1123 subdomain)")
+    return value
+
+
+def _docker_network(value: str) -> str:
+    if not _DOCKER_NETWORK.match(value):
+        raise ValueError(f"{value!r} is not a docker network name")
+    return value
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value
+
+
 def _version(value: str) -> str:
     if not value.strip():
         raise ValueError("must not be empty")
@@ -122,9 +144,16 @@ class _Model(BaseModel):
         return data
 
 
+NonBlank = Annotated[str, AfterValidator(_not_blank)]
+
+
 class Management(_Model):
+    # kind: the program creates a kind cluster on this Docker host; existing: Kamaji goes into the
+    # cluster `kubeconfig` points at.
+    mode: Literal["kind", "existing"] = "kind"
     name: DnsLabel = "kamaji"
     node_image: PinnedImage = versions.DEFAULT_NODE_IMAGE
+    kubeconfig: NonBlank | None = Field(None, repr=False)
 
 
 class Versions(_Model):
@@ -141,6 +170,9 @@ class Versions(_Model):
 
 class Network(_Model):
     pool: Annotated[str, AfterValidator(_pool)] | None = None
+    # With an existing management cluster, the docker network from which docker workers reach
+    # the tenant endpoints (with kind they join kind's network).
+    worker_network: Annotated[str, AfterValidator(_docker_network)] | None = None
 
     @cached_property
     def address_pool(self) -> addressing.AddressPool | None:
@@ -158,9 +190,21 @@ class Gpu(_Model):
         return self
 
 
+class SshTarget(_Model):
+    """A real host reached over SSH, as root through passwordless sudo."""
+
+    host: NonBlank
+    user: NonBlank
+    private_key: NonBlank = Field(repr=False)
+    port: int = Field(22, ge=1, le=65535)
+    # The host's public key as in known_hosts; without it the first connection is trusted.
+    host_key: NonBlank | None = None
+
+
 class Worker(_Model):
     name: HostLabel
     gpus: list[Gpu] = []
+    ssh: SshTarget | None = None
 
     @cached_property
     def cards(self) -> list[gpus.Card]:
@@ -181,6 +225,11 @@ class Tenant(_Model):
     service_cidr: ipaddress.IPv4Network = ipaddress.IPv4Network("10.96.0.0/16")
     workers: list[Worker] = []
     quota: Quota | None = None
+    # shared: Kamaji's default DataStore; dedicated: a kamaji-etcd of the tenant's own; any other
+    # value names an existing DataStore.
+    data_store: Annotated[str, AfterValidator(_data_store)] = "shared"
+    # mock: HAMi's mock device plugin advertises the declared cards; nvidia: the real plugin.
+    gpu_mode: Literal["mock", "nvidia"] = "mock"
 
     @property
     def cards(self) -> list[gpus.Card]:
@@ -213,10 +262,51 @@ class StackConfig(_Model):
         return next(tenant for tenant in self.tenants if tenant.name == name)
 
     def _cross_checks(self) -> Iterable[tuple[str, str]]:
+        yield from self._management()
+        yield from self._workers()
         yield from self._unique_names()
         yield from self._vips()
         yield from self._cidrs()
         yield from self._quotas()
+
+    def _management(self) -> Iterable[tuple[str, str]]:
+        if self.management.mode == "existing" and self.management.kubeconfig is None:
+            yield (
+                "management.kubeconfig",
+                "is required when management.mode is existing (the management cluster's kubeconfig, as a secret)",
+            )
+        if self.management.mode == "kind":
+            if self.management.kubeconfig is not None:
+                yield "management.kubeconfig", "is only used with management.mode existing; kind mode creates its own cluster"
+            if self.network.worker_network is not None:
+                yield (
+                    "network.workerNetwork",
+                    "is only used with management.mode existing; with kind, docker workers join kind's network",
+                )
+
+    def _workers(self) -> Iterable[tuple[str, str]]:
+        for i, tenant in enumerate(self.tenants):
+            for j, worker in enumerate(tenant.workers):
+                if worker.ssh is not None:
+                    continue
+                path = f"tenants[{i}].workers[{j}]"
+                if self.management.mode == "existing" and self.network.worker_network is None:
+                    yield (
+                        path,
+                        (
+                            "is a docker worker (no ssh) but the management cluster is an existing one: set "
+                            "network.workerNetwork to the docker network from which the tenant endpoints are reachable, "
+                            "or give the worker ssh"
+                        ),
+                    )
+                if tenant.gpu_mode == "nvidia" and worker.gpus:
+                    yield (
+                        path,
+                        (
+                            "is a docker worker with gpus under gpuMode nvidia: a kindest/node container has no GPU for "
+                            "the real device plugin; give it ssh to a GPU host, or use gpuMode mock"
+                        ),
+                    )
 
     def _unique_names(self) -> Iterable[tuple[str, str]]:
         seen: dict[str, int] = {}
@@ -298,8 +388,8 @@ class StackConfig(_Model):
 class AddressPlan:
     """Where MetalLB announces and which VIP each tenant's API server gets."""
 
-    pool: addressing.AddressPool
-    vips: dict[str, ipaddress.IPv4Address]
+    pool: addressing.AddressPool | None  # None: the cluster's own LoadBalancer assigns addresses
+    vips: dict[str, ipaddress.IPv4Address]  # tenants without one get theirs from that LoadBalancer
     node_network: ipaddress.IPv4Network | None = None
 
 
@@ -320,6 +410,9 @@ def address_plan(config: StackConfig, node_subnets: str | None = None) -> Addres
     pool = config.network.address_pool
     if pool is None:
         if subnet is None:
+            if config.management.mode == "existing":
+                # No MetalLB: the existing cluster's LoadBalancer implementation hands out addresses.
+                return AddressPlan(None, {t.name: t.vip for t in config.tenants if t.vip is not None})
             raise ConfigError([("network.pool", "is required when no kind network provides one")])
         try:
             pool = addressing.pool_for_subnet(subnet)

@@ -164,11 +164,9 @@ class _Cloud(pulumi_mocks.Mocks):
     def _TenantControlPlane(self, args: pulumi_mocks.MockResourceArgs) -> dict:
         metadata, spec = args.inputs["metadata"], args.inputs["spec"]
         self.tenant_planes[f"{metadata['namespace']}/{metadata['name']}"] = spec
-        address = spec["networkProfile"]["address"]
-        port = int(spec["networkProfile"].get("port", 6443))
         return {
             "status": {
-                "controlPlaneEndpoint": f"{address}:{port}",
+                "controlPlaneEndpoint": mock_cloud.control_plane_endpoint(metadata["name"], spec),
                 "kubeconfig": {"admin": {"secretName": f"{metadata['name']}-admin-kubeconfig"}},
                 "kubernetesResources": {"version": {"status": "Ready", "version": spec["kubernetes"]["version"]}},
                 "addons": {name: {"enabled": True} for name in spec.get("addons", {})},
@@ -180,9 +178,8 @@ class _Cloud(pulumi_mocks.Mocks):
             return {}
         namespace, name = args.resource_id.split("/", 1)
         tenant = name.removesuffix("-admin-kubeconfig")
-        spec = self.tenant_planes[f"{namespace}/{tenant}"]
-        server = f"https://{spec['networkProfile']['address']}:{int(spec['networkProfile'].get('port', 6443))}"
-        config = mock_cloud.kubeconfig(tenant, server)
+        endpoint = mock_cloud.control_plane_endpoint(tenant, self.tenant_planes[f"{namespace}/{tenant}"])
+        config = mock_cloud.kubeconfig(tenant, f"https://{endpoint}")
         return {"metadata": {"name": name, "namespace": namespace}, "data": {"admin.conf": _b64(config)}}
 
     def _RandomString(self, args: pulumi_mocks.MockResourceArgs) -> dict:

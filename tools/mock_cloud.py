@@ -8,7 +8,8 @@ Every value here is a documented stand-in for something only a real host knows:
 * kubeconfigs carry a real CA and client certificate generated per cluster. Keys are derived from
   the cluster name and ECDSA signatures are deterministic (RFC 6979), so two renders of one config
   are byte-identical.
-* TenantControlPlanes report Ready with their kubeconfig Secret, as Kamaji's status does.
+* TenantControlPlanes report Ready with their kubeconfig Secret, as Kamaji's status does; one
+  without a requested address gets a TEST-NET-3 address from "the cluster's LoadBalancer".
 * Random strings, timestamps and ids are derived from resource names.
 """
 
@@ -84,6 +85,14 @@ def kubeconfig(cluster: str, server: str, user: str = "kubernetes-admin") -> str
         "current-context": f"{user}@{cluster}",
     }
     return yaml.safe_dump(document, sort_keys=False)
+
+
+def control_plane_endpoint(tenant: str, spec: dict[str, Any]) -> str:
+    """What Kamaji reports: the requested address, or else one the cluster's LoadBalancer assigned
+    (a TEST-NET-3 address, 203.0.113.0/24, derived from the tenant's name)."""
+    profile = spec["networkProfile"]
+    address = profile.get("address") or f"203.0.113.{_digest('lb', tenant)[0] % 254 + 1}"
+    return f"{address}:{int(profile.get('port', 6443))}"
 
 
 def random_string(name: str, inputs: dict[str, Any]) -> str:

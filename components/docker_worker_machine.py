@@ -1,0 +1,114 @@
+"""A docker worker: a ``kindest/node`` container run the way kind runs its own nodes.
+
+The flags mirror kind's docker provider (kubernetes-sigs/kind:pkg/cluster/internal/providers/
+docker/provision.go). The container carries gpu-tenancy's labels, never kind's
+``io.x-k8s.kind.cluster`` label: `kind delete cluster` removes every container with that label.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+import pulumi
+import pulumi_command as command
+import pulumi_docker as docker
+
+from gpu_tenancy import kubeadm
+from gpu_tenancy.versions import NODE_IMAGE_REPOSITORY
+
+from .worker_machine import ROLE_LABEL, TENANT_LABEL, secret_prelude
+
+
+class DockerWorkerMachine(pulumi.ComponentResource):
+    """A privileged systemd container that kubelet and containerd run in.
+
+    Other components run scripts on it through ``run`` (CAPD's split: this is the machine; the
+    join and the GPU registration only need a shell on it).
+    """
+
+    machine_id: pulumi.Output[str]
+    hostname: str
+    # A nested node fails kubeadm's SystemVerification (no cpuset cgroup) and needs kind's kubelet settings.
+    nested = True
+    preflight_ignores = kubeadm.NESTED_NODE_PREFLIGHT_IGNORES
+
+    def __init__(
+        self,
+        name: str,
+        tenant: str,
+        kubernetes_version: str,
+        network: pulumi.Input[str],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("gpu-tenancy:worker:DockerWorkerMachine", name, None, opts)
+        self.hostname = name
+        image = docker.RemoteImage(
+            f"{name}-image",
+            name=f"{NODE_IMAGE_REPOSITORY}:{kubernetes_version}",
+            # Other workers and kind itself may use the same image.
+            keep_locally=True,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        container = docker.Container(
+            name,
+            name=name,
+            hostname=name,
+            image=image.image_id,
+            # Only on kind's network (the provider detaches the default bridge), where the tenant
+            # VIPs and the other nodes are.
+            networks_advanced=[docker.ContainerNetworksAdvancedArgs(name=network, aliases=[name])],
+            privileged=True,
+            security_opts=["seccomp=unconfined", "apparmor=unconfined"],
+            tmpfs={"/run": "", "/tmp": ""},
+            volumes=[
+                docker.ContainerVolumeArgs(container_path="/var"),
+                docker.ContainerVolumeArgs(host_path="/lib/modules", container_path="/lib/modules", read_only=True),
+            ],
+            cgroupns_mode="private",
+            init=False,
+            tty=True,
+            restart="on-failure",
+            max_retry_count=1,
+            labels=[
+                docker.ContainerLabelArgs(label=TENANT_LABEL, value=tenant),
+                docker.ContainerLabelArgs(label=ROLE_LABEL, value="worker"),
+            ],
+            # The anonymous /var volume holds containerd's images and kubelet's state; it goes with the container.
+            remove_volumes=True,
+            # The container name is fixed, so a replacement must remove the old one first.
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
+        )
+        self.machine_id = container.id
+        self._container_name = container.name
+        self.register_outputs({"containerId": self.machine_id})
+
+    def run(
+        self,
+        name: str,
+        script: pulumi.Input[str],
+        environment: dict[str, pulumi.Input[str]],
+        secrets: dict[str, pulumi.Input[str]],
+        delete: str | None,
+        triggers: list[pulumi.Input[str]] | None,
+        opts: pulumi.ResourceOptions,
+    ) -> command.local.Command:
+        """A command that runs ``script`` as root in the container, on create and on input changes.
+
+        ``environment`` reaches the script through ``docker exec -e`` and stays readable in the
+        stack (policies check it); ``secrets`` are prepended to the script on its stdin.
+        """
+        passed = " ".join(f"-e {key}" for key in environment)
+        return command.local.Command(
+            name,
+            create=self._container_name.apply(lambda container: f"docker exec -i {passed} {container} sh -s"),
+            delete=self._container_name.apply(lambda container: f"docker exec {container} sh -c {shlex.quote(delete)} || true")
+            if delete
+            else None,
+            stdin=pulumi.Output.concat(secret_prelude(secrets), script),
+            environment=environment,
+            triggers=[*(triggers or []), self.machine_id],
+            logging=command.local.Logging.STDERR,
+            # The old command's delete undoes what the new one did on the same machine (a
+            # `kubeadm reset` after a fresh join), so replacements delete first.
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(delete_before_replace=True)),
+        )

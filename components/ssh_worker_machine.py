@@ -1,0 +1,165 @@
+"""A worker on a real Debian or Ubuntu host, prepared and driven over SSH (pulumi-command remote)."""
+
+from __future__ import annotations
+
+import shlex
+
+import pulumi
+import pulumi_command as command
+
+from gpu_tenancy.config import SshTarget, kubernetes_minor
+from gpu_tenancy.versions import KUBERNETES_PACKAGE_REPOSITORY
+
+from .worker_machine import prelude, secret_prelude
+
+# Every step checks before it changes anything, so a re-run converges without side effects.
+_PREPARE = """set -eu
+export DEBIAN_FRONTEND=noninteractive
+: "${KUBERNETES_MINOR:?}" "${KUBERNETES_VERSION:?}" "${GPU_MODE:?}"
+
+# Kernel modules and sysctls kubelet and the pod network need, now and after a reboot.
+printf 'overlay\\nbr_netfilter\\n' > /etc/modules-load.d/gpu-tenancy.conf
+modprobe overlay
+modprobe br_netfilter
+printf '%s\\n' 'net.bridge.bridge-nf-call-iptables = 1' 'net.bridge.bridge-nf-call-ip6tables = 1' \\
+  'net.ipv4.ip_forward = 1' > /etc/sysctl.d/99-gpu-tenancy.conf
+sysctl --quiet --system
+
+# kubelet refuses to run with swap on; off now and at boot.
+swapoff -a
+sed -ri '/^[^#].*[[:space:]]swap[[:space:]]/s/^/# gpu-tenancy: /' /etc/fstab
+
+# containerd from the distribution, with the systemd cgroup driver the tenants' kubelets use.
+apt-get update -q
+apt-get install -y -q --no-install-recommends containerd ca-certificates curl gpg conntrack
+if ! grep -q 'SystemdCgroup = true' /etc/containerd/config.toml 2>/dev/null; then
+  mkdir -p /etc/containerd
+  containerd config default | sed 's/SystemdCgroup = false/SystemdCgroup = true/' > /etc/containerd/config.toml
+  systemctl restart containerd
+fi
+systemctl enable --now containerd
+
+if [ "$GPU_MODE" = nvidia ]; then
+  # HAMi's device plugin needs the NVIDIA driver and containerd's default runtime to be NVIDIA's.
+  missing() { echo "gpuMode nvidia: $1 not found; install $2 on this host" >&2; exit 1; }
+  command -v nvidia-smi >/dev/null || missing nvidia-smi "the NVIDIA driver"
+  command -v nvidia-ctk >/dev/null || missing nvidia-ctk "the NVIDIA Container Toolkit"
+  if ! grep -q 'default_runtime_name = "nvidia"' /etc/containerd/config.toml; then
+    nvidia-ctk runtime configure --runtime=containerd --set-as-default
+    systemctl restart containerd
+  fi
+fi
+
+# kubelet, kubeadm and kubectl from the official package repository of the tenant's minor, held
+# at the tenant's patch release.
+keyring=/etc/apt/keyrings/kubernetes-$KUBERNETES_MINOR.gpg
+repository="$PACKAGE_REPOSITORY/$KUBERNETES_MINOR/deb/"
+install -m 0755 -d /etc/apt/keyrings
+[ -s "$keyring" ] || curl -fsSL "${repository}Release.key" | gpg --dearmor -o "$keyring"
+echo "deb [signed-by=$keyring] $repository /" > /etc/apt/sources.list.d/kubernetes.list
+apt-get update -q
+package_version="$(apt-cache madison kubeadm | awk -v v="${KUBERNETES_VERSION#v}-" 'index($3, v) == 1 { print $3; exit }')"
+[ -n "$package_version" ] || { echo "kubeadm $KUBERNETES_VERSION is not in $repository" >&2; exit 1; }
+apt-mark unhold kubelet kubeadm kubectl >/dev/null 2>&1 || true
+apt-get install -y -q --allow-downgrades kubelet="$package_version" kubeadm="$package_version" kubectl="$package_version"
+apt-mark hold kubelet kubeadm kubectl
+systemctl enable kubelet
+"""
+
+# Leave the host as kubeadm's reset guide does, and remove what the preparation installed.
+_CLEAN_UP = (
+    "kubeadm reset --force || true; "
+    "rm -rf /etc/cni/net.d /var/lib/cni /etc/kubernetes /var/lib/kubelet; "
+    "iptables -F && iptables -t nat -F && iptables -t mangle -F && iptables -X || true; "
+    "apt-mark unhold kubelet kubeadm kubectl || true; "
+    "DEBIAN_FRONTEND=noninteractive apt-get purge -y -q kubelet kubeadm kubectl || true; "
+    "rm -f /etc/apt/sources.list.d/kubernetes.list /etc/modules-load.d/gpu-tenancy.conf /etc/sysctl.d/99-gpu-tenancy.conf"
+)
+
+
+def prepare_environment(kubernetes_version: str, gpu_mode: str) -> dict[str, str]:
+    major, minor = kubernetes_minor(kubernetes_version)
+    return {
+        "KUBERNETES_VERSION": kubernetes_version,
+        "KUBERNETES_MINOR": f"v{major}.{minor}",
+        "GPU_MODE": gpu_mode,
+        "PACKAGE_REPOSITORY": KUBERNETES_PACKAGE_REPOSITORY,
+    }
+
+
+class SshWorkerMachine(pulumi.ComponentResource):
+    """A host prepared for the tenant's Kubernetes version: modules, sysctls, swap, containerd, kubelet."""
+
+    machine_id: pulumi.Output[str]
+    hostname: str
+    nested = False
+    preflight_ignores: tuple[str, ...] = ()  # a real host passes every kubeadm preflight check
+
+    def __init__(
+        self,
+        name: str,
+        ssh: SshTarget,
+        kubernetes_version: str,
+        gpu_mode: str,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("gpu-tenancy:worker:SshWorkerMachine", name, None, opts)
+        self.hostname = name
+        self._connection = command.remote.ConnectionArgs(
+            host=ssh.host,
+            port=ssh.port,
+            user=ssh.user,
+            private_key=pulumi.Output.secret(ssh.private_key),
+            host_key=ssh.host_key,
+        )
+        self._host = ssh.host
+        prepare = self._command(
+            f"{name}-prepare",
+            script=_PREPARE,
+            environment=prepare_environment(kubernetes_version, gpu_mode),
+            secrets={},
+            delete=_CLEAN_UP,
+            triggers=[ssh.host],
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.machine_id = prepare.id
+        self.register_outputs({"machineId": self.machine_id})
+
+    def run(
+        self,
+        name: str,
+        script: pulumi.Input[str],
+        environment: dict[str, pulumi.Input[str]],
+        secrets: dict[str, pulumi.Input[str]],
+        delete: str | None,
+        triggers: list[pulumi.Input[str]] | None,
+        opts: pulumi.ResourceOptions,
+    ) -> command.remote.Command:
+        return self._command(name, script, environment, secrets, delete, [*(triggers or []), self.machine_id], opts)
+
+    def _command(
+        self,
+        name: str,
+        script: pulumi.Input[str],
+        environment: dict[str, pulumi.Input[str]],
+        secrets: dict[str, pulumi.Input[str]],
+        delete: str | None,
+        triggers: list[pulumi.Input[str]],
+        opts: pulumi.ResourceOptions,
+    ) -> command.remote.Command:
+        """``sudo sh -s`` on the host, the script on stdin.
+
+        sshd forwards only the variables its AcceptEnv allows, so the script gets its environment
+        on stdin too; ``environment`` is still set so the stack records what each command used.
+        """
+        return command.remote.Command(
+            name,
+            connection=self._connection,
+            create="sudo -n sh -s",
+            delete=f"sudo -n sh -c {shlex.quote(delete)}" if delete else None,
+            stdin=pulumi.Output.concat(prelude(environment), secret_prelude(secrets), script),
+            environment=environment,
+            triggers=triggers,
+            logging=command.remote.Logging.STDERR,
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(delete_before_replace=True)),
+        )

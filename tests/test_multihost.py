@@ -1,0 +1,292 @@
+"""Beyond one host: an existing management cluster, SSH workers, real NVIDIA GPUs, dedicated datastores."""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+import pytest
+
+from gpu_tenancy.config import ConfigError, StackConfig
+from tests import fidelity
+from tests.conftest import COMMAND, CONTAINER, K8S_PROVIDER, PROJECT_DIR, RELEASE, TCP, render_config
+from tools import harness
+
+REMOTE = "command:remote:Command"
+POOL = "kubernetes:metallb.io/v1beta1:IPAddressPool"
+KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nfake\n-----END OPENSSH PRIVATE KEY-----\n"
+MGMT_KUBECONFIG = "apiVersion: v1\nkind: Config\nclusters: []\n"
+
+
+def ssh_worker(name: str, host: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "ssh": {"host": host, "user": "ubuntu", "privateKey": KEY}, **extra}
+
+
+def existing(pool: str | None = "10.0.100.10-10.0.100.50", **tenant: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "management": {"mode": "existing", "kubeconfig": MGMT_KUBECONFIG},
+        "tenants": [
+            {
+                "name": "prod-a",
+                "gpuMode": "nvidia",
+                "dataStore": "dedicated",
+                "workers": [ssh_worker("gpu-host-1", "10.0.0.11", gpus=[{"model": "H100-80GB", "count": 8}])],
+                **tenant,
+            }
+        ],
+    }
+    if pool is not None:
+        config["network"] = {"pool": pool}
+    return config
+
+
+@pytest.fixture(scope="module")
+def multihost() -> harness.Render:
+    # Its secure values are placeholders, so showing them reveals nothing.
+    return harness.render_file(PROJECT_DIR / "Pulumi.example-multihost.yaml", show_secrets=True)
+
+
+@pytest.fixture(scope="module")
+def prod() -> harness.Render:
+    return render_config(existing(), show_secrets=True)
+
+
+# --- management.mode: existing ------------------------------------------------------------------
+
+
+def test_existing_management_cluster_has_no_kind(prod: harness.Render) -> None:
+    assert [r for r in prod.find(COMMAND) if "kind" in r["name"]] == []
+    provider = prod.one(K8S_PROVIDER, "gpu-tenancy-management")
+    assert provider["inputs"]["kubeconfig"] == MGMT_KUBECONFIG
+    assert render_config(existing()).one(K8S_PROVIDER, "gpu-tenancy-management")["inputs"]["kubeconfig"] == "[secret]"
+    assert render_config(existing()).outputs["managementKubeconfig"] == "[secret]"
+    charts = {r["inputs"]["chart"]: r for r in prod.find(RELEASE) if r["name"].startswith("gpu-tenancy-management-")}
+    assert set(charts) == {"cert-manager", "metallb", "kamaji"}
+    for release in charts.values():
+        assert release["provider"] == provider["urn"]
+
+
+def test_existing_cluster_with_a_pool_gets_metallb_and_planned_vips(prod: harness.Render) -> None:
+    assert prod.one(POOL)["inputs"]["spec"]["addresses"] == ["10.0.100.10-10.0.100.50"]
+    address = prod.one(TCP, "prod-a")["inputs"]["spec"]["networkProfile"]["address"]
+    assert address.startswith("10.0.100.")
+    assert prod.outputs["tenants"]["prod-a"]["endpoint"] == f"https://{address}:6443"
+
+
+def test_vips_are_known_in_a_preview_when_the_pool_is_configured() -> None:
+    preview = render_config(existing(vip="10.0.100.10"), preview=True)
+    assert preview.one(TCP, "prod-a")["inputs"]["spec"]["networkProfile"]["address"] == "10.0.100.10"
+
+
+def test_existing_cluster_without_a_pool_uses_its_own_load_balancer() -> None:
+    render = render_config(existing(pool=None))
+    assert render.find(POOL) == [] and [r for r in render.find(RELEASE) if r["inputs"]["chart"] == "metallb"] == []
+    spec = render.one(TCP, "prod-a")["inputs"]["spec"]
+    assert spec["controlPlane"]["service"]["serviceType"] == "LoadBalancer"
+    assert "address" not in spec["networkProfile"]
+    assert "annotations" not in spec["controlPlane"]["service"]["additionalMetadata"]
+    # The endpoint is whatever the LoadBalancer gave, as Kamaji reports it in the TCP's status.
+    endpoint = render.outputs["tenants"]["prod-a"]["endpoint"]
+    assert endpoint.startswith("https://203.0.113.") and endpoint.endswith(":6443")
+    join = render_config(existing(pool=None), show_secrets=True).one(REMOTE, "gpu-host-1-join")
+    assert join["inputs"]["environment"]["JOIN_ENDPOINT"] == endpoint.removeprefix("https://")
+
+
+def test_a_pinned_vip_without_a_pool() -> None:
+    spec = render_config(existing(pool=None, vip="192.0.2.10")).one(TCP, "prod-a")["inputs"]["spec"]
+    assert spec["networkProfile"]["address"] == "192.0.2.10"
+
+
+def test_docker_workers_with_an_existing_cluster_need_a_worker_network() -> None:
+    config = existing(gpuMode="mock")
+    config["tenants"][0]["workers"].append({"name": "docker-0"})
+    with pytest.raises(harness.RenderError, match=r"tenants\[0\]\.workers\[1\]: is a docker worker \(no ssh\)"):
+        render_config(config)
+    config["network"]["workerNetwork"] = "lab-net"
+    container = render_config(config).one(CONTAINER, "docker-0")
+    assert container["inputs"]["networksAdvanced"] == [{"name": "lab-net", "aliases": ["docker-0"]}]
+
+
+# --- SSH workers ------------------------------------------------------------------------------------
+
+
+def test_ssh_worker_is_prepared_over_ssh(prod: harness.Render) -> None:
+    prepare = prod.one(REMOTE, "gpu-host-1-prepare")["inputs"]
+    connection = prepare["connection"]
+    assert {key: connection[key] for key in ("host", "port", "user", "privateKey")} == {
+        "host": "10.0.0.11",
+        "port": 22,
+        "user": "ubuntu",
+        "privateKey": KEY,
+    }
+    assert prepare["create"] == "sudo -n sh -s"
+    script = prepare["stdin"]
+    assert "KUBERNETES_VERSION=v1.36.4\n" in script and "KUBERNETES_MINOR=v1.36\n" in script
+    for step in (
+        "modprobe br_netfilter",
+        "net.ipv4.ip_forward = 1",
+        "swapoff -a",
+        "SystemdCgroup = true",
+        "apt-mark hold kubelet kubeadm kubectl",
+        'repository="$PACKAGE_REPOSITORY/$KUBERNETES_MINOR/deb/"',
+    ):
+        assert step in script, step
+    assert "PACKAGE_REPOSITORY=https://pkgs.k8s.io/core:/stable:\n" in script
+    assert "kubeadm reset --force" in prepare["delete"] and "/etc/cni/net.d" in prepare["delete"]
+
+
+def test_ssh_private_key_is_a_secret() -> None:
+    render = render_config(existing())
+    # A connection carrying a secret is secret as a whole in state.
+    assert render.one(REMOTE, "gpu-host-1-prepare")["inputs"]["connection"] == "[secret]"
+
+
+def test_ssh_worker_joins_with_the_same_token_and_hash(prod: harness.Render) -> None:
+    join = prod.one(REMOTE, "gpu-host-1-join")
+    inputs = join["inputs"]
+    assert inputs["create"] == "sudo -n sh -s"
+    assert inputs["environment"]["JOIN_ENDPOINT"].endswith(":6443")
+    assert inputs["environment"]["JOIN_CA_CERT_HASH"].startswith("sha256:")
+    # sshd forwards only the variables AcceptEnv allows: the script gets them on stdin too.
+    assert f"JOIN_ENDPOINT={inputs['environment']['JOIN_ENDPOINT']}\n" in inputs["stdin"]
+    token = prod.one("kubernetes:core/v1:Secret", "gpu-host-1-bootstrap-token")["inputs"]["stringData"]
+    assert f"JOIN_TOKEN={token['token-id']}.{token['token-secret']}\n" in inputs["stdin"]
+    assert "--ignore-preflight-errors" not in inputs["stdin"]  # a real host passes every check
+    assert "kubeadm reset --force" in inputs["delete"] and "delete node gpu-host-1" in inputs["delete"]
+    assert prod.one(REMOTE, "gpu-host-1-prepare")["urn"] in join["dependencies"]
+    assert prod.waits_for(join, prod.one(TCP, "prod-a"))
+
+
+def test_ssh_scripts_are_valid_posix_shell(prod: harness.Render) -> None:
+    for command in prod.find(REMOTE):
+        subprocess.run(["sh", "-n"], input=command["inputs"]["stdin"].encode(), check=True)
+
+
+def test_ssh_only_tenants_get_no_nested_node_workarounds(prod: harness.Render) -> None:
+    patches = prod.one(TCP, "prod-a")["inputs"]["spec"]["kubernetes"]["kubelet"]["configurationJSONPatches"]
+    assert patches == [{"op": "replace", "path": "/cgroupDriver", "value": "systemd"}]
+    assert prod.find("kubernetes:apps/v1:DaemonSetPatch") == []
+
+
+def test_ssh_workers_in_mock_mode_are_registered_on_the_host() -> None:
+    render = render_config(existing(gpuMode="mock"))
+    registration = render.one(REMOTE, "gpu-host-1-gpu-registration")
+    assert registration["inputs"]["environment"]["NVIDIA_GPU_CAPACITY"] == "80"
+    assert "kubectl --kubeconfig /etc/kubernetes/kubelet.conf" in registration["inputs"]["stdin"]
+
+
+# --- gpuMode: nvidia ----------------------------------------------------------------------------------
+
+
+def test_nvidia_mode_runs_hamis_real_device_plugin(prod: harness.Render) -> None:
+    values = prod.one(RELEASE, "prod-a-hami")["inputs"]["values"]
+    assert values["devicePlugin"] == {"enabled": True}
+    assert values["mockDevicePlugin"] == {"enabled": False}
+    assert "nodeLockExpire" not in values["scheduler"]  # the real plugin releases HAMi's bind lock
+    assert [r for r in prod.resources if r["name"].endswith("-gpu-registration")] == []  # no fake registration
+    assert "--node-labels=gpu=on,gpu-tenancy.io/tenant=prod-a" in prod.one(REMOTE, "gpu-host-1-join")["inputs"]["stdin"]
+    prepare = prod.one(REMOTE, "gpu-host-1-prepare")["inputs"]["stdin"]
+    assert "GPU_MODE=nvidia\n" in prepare and "nvidia-ctk runtime configure --runtime=containerd --set-as-default" in prepare
+
+
+def test_declared_gpus_still_drive_quota_checks_and_outputs(prod: harness.Render) -> None:
+    assert prod.outputs["tenants"]["prod-a"]["gpus"] == {"gpu-host-1": [{"model": "H100-80GB", "count": 8, "memoryMiB": 81559}]}
+    config = existing(quota={"gpumem": 81559 * 8 + 1, "gpucores": 800})
+    with pytest.raises(harness.RenderError, match=r"tenants\[0\]\.quota\.gpumem"):
+        render_config(config)
+
+
+# --- dataStore ----------------------------------------------------------------------------------------
+
+
+def test_dedicated_datastore_is_a_kamaji_etcd_of_the_tenant(prod: harness.Render) -> None:
+    etcd = prod.one(RELEASE, "prod-a-etcd")
+    inputs = etcd["inputs"]
+    assert (inputs["chart"], inputs["version"], inputs["namespace"]) == ("kamaji-etcd", "0.17.0", "prod-a")
+    assert inputs["repositoryOpts"] == {"repo": "https://clastix.github.io/charts"}
+    assert inputs["values"] == {"fullnameOverride": "prod-a-etcd", "datastore": {"enabled": True, "name": "prod-a-etcd"}}
+    assert etcd["provider"] == prod.one(K8S_PROVIDER, "gpu-tenancy-management")["urn"]
+    tcp = prod.one(TCP, "prod-a")
+    assert tcp["inputs"]["spec"]["dataStore"] == "prod-a-etcd"
+    assert etcd["urn"] in tcp["dependencies"]
+
+
+@pytest.mark.parametrize(("data_store", "expected"), [("shared", None), ("gold", "gold")])
+def test_shared_and_named_datastores(data_store: str, expected: str | None) -> None:
+    render = render_config(existing(dataStore=data_store))
+    assert render.one(TCP, "prod-a")["inputs"]["spec"].get("dataStore") == expected
+    assert [r for r in render.find(RELEASE) if r["inputs"]["chart"] == "kamaji-etcd"] == []
+
+
+def test_datastore_values_exist_in_the_chart(prod: harness.Render) -> None:
+    defaults = fidelity.chart_values("kamaji/kamaji-etcd-values.yaml")
+    assert fidelity.unknown_value_keys(prod.one(RELEASE, "prod-a-etcd")["inputs"]["values"], defaults) == []
+
+
+def test_multihost_objects_validate_against_upstream_schemas(multihost: harness.Render) -> None:
+    for tcp in multihost.find(TCP):
+        fidelity.validate_custom_resource(fidelity.kubernetes_object(tcp), "kamaji/tenantcontrolplanes.yaml")
+    assert {t["inputs"]["spec"].get("dataStore") for t in multihost.find(TCP)} == {"prod-a-etcd", "gold"}
+
+
+# --- the example stack ----------------------------------------------------------------------------
+
+
+def test_example_multihost_stack_renders(multihost: harness.Render) -> None:
+    assert set(multihost.outputs["tenants"]) == {"prod-a", "research"}
+    assert multihost.outputs["tenants"]["prod-a"]["endpoint"] == "https://10.0.100.10:6443"
+    assert multihost.outputs["managementKubeconfig"].startswith("<secure value REPLACE-with")
+    for name in ("gpu-host-1", "gpu-host-2", "gpu-host-3"):
+        assert multihost.one(REMOTE, f"{name}-join")
+    assert multihost.one(REMOTE, "gpu-host-2-prepare")["inputs"]["connection"]["port"] == 2222
+    assert "KUBERNETES_VERSION=v1.35.7\n" in multihost.one(REMOTE, "gpu-host-3-prepare")["inputs"]["stdin"]
+
+
+# --- config errors ----------------------------------------------------------------------------------
+
+
+def problems(raw: dict[str, Any]) -> dict[str, str]:
+    with pytest.raises(ConfigError) as caught:
+        StackConfig.load(raw)
+    return dict(caught.value.problems)
+
+
+def test_existing_mode_requires_a_kubeconfig() -> None:
+    assert (
+        "is required when management.mode is existing" in problems({"management": {"mode": "existing"}})["management.kubeconfig"]
+    )
+
+
+def test_kubeconfig_and_worker_network_are_only_for_existing_mode() -> None:
+    found = problems({"management": {"kubeconfig": "x"}, "network": {"workerNetwork": "kind"}})
+    assert "only used with management.mode existing" in found["management.kubeconfig"]
+    assert "only used with management.mode existing" in found["network.workerNetwork"]
+
+
+def test_unknown_management_mode() -> None:
+    assert "'kind' or 'existing'" in problems({"management": {"mode": "cloud"}})["management.mode"]
+
+
+@pytest.mark.parametrize("missing", ["host", "user", "privateKey"])
+def test_ssh_fields_are_required(missing: str) -> None:
+    worker = ssh_worker("gpu-host-1", "10.0.0.11")
+    del worker["ssh"][missing]
+    assert problems({"tenants": [{"name": "a", "workers": [worker]}]})[f"tenants[0].workers[0].ssh.{missing}"] == "is required"
+
+
+def test_ssh_port_and_unknown_ssh_keys() -> None:
+    worker = ssh_worker("gpu-host-1", "10.0.0.11")
+    worker["ssh"].update(port=70000, password="x")
+    found = problems({"tenants": [{"name": "a", "workers": [worker]}]})
+    assert "unknown key 'password'" in found["tenants[0].workers[0].ssh"]
+
+
+def test_nvidia_mode_needs_gpu_hosts_not_containers() -> None:
+    raw = {"tenants": [{"name": "a", "gpuMode": "nvidia", "workers": [{"name": "w", "gpus": [{"model": "L4"}]}]}]}
+    assert "kindest/node container has no GPU" in problems(raw)["tenants[0].workers[0]"]
+
+
+def test_unknown_gpu_mode_and_bad_datastore_name() -> None:
+    found = problems({"tenants": [{"name": "a", "gpuMode": "cuda", "dataStore": "Gold Tier"}]})
+    assert "'mock' or 'nvidia'" in found["tenants[0].gpuMode"]
+    assert "neither 'shared', 'dedicated' nor the name of a DataStore" in found["tenants[0].dataStore"]
