@@ -56,7 +56,7 @@ policy: venv ## Check the stack against the policy pack, offline.
 	$(VENV)/bin/python -m tools.policycheck --stack $(STACK)
 
 validate: venv tools ## Validate the deployed stack against the live clusters.
-	$(VENV)/bin/python -m tools.validate --stack $(STACK)
+	scripts/pulumi-env.sh $(STACK) $(VENV)/bin/python -m tools.validate --stack $(STACK) $(VALIDATE_FLAGS)
 
 clean: ## Remove the virtualenv and fetched tools (not the stack state).
 	rm -rf $(VENV) $(TOOLS)
