@@ -1,0 +1,65 @@
+"""How the rules recognise things: resource type tokens, and the few name contracts with the program.
+
+Rules identify resources by type and by what their properties say, not by resource names. The
+environment keys and labels below are the explicit links the program writes for that purpose
+(components/worker_machine.py, worker_join.py, gpu_registration.py); tests/test_policy_contract.py
+fails if the program and these drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+TENANT_CONTROL_PLANE: Final = "kubernetes:kamaji.clastix.io/v1alpha1:TenantControlPlane"
+DATA_STORE: Final = "kubernetes:kamaji.clastix.io/v1alpha1:DataStore"
+IP_ADDRESS_POOL: Final = "kubernetes:metallb.io/v1beta1:IPAddressPool"
+L2_ADVERTISEMENT: Final = "kubernetes:metallb.io/v1beta1:L2Advertisement"
+HELM_RELEASE: Final = "kubernetes:helm.sh/v3:Release"
+HELM_CHART_V4: Final = "kubernetes:helm.sh/v4:Chart"
+HELM_TYPES: Final = frozenset({HELM_RELEASE, HELM_CHART_V4})
+SECRET: Final = "kubernetes:core/v1:Secret"
+RESOURCE_QUOTA: Final = "kubernetes:core/v1:ResourceQuota"
+KUBERNETES_PROVIDER: Final = "pulumi:providers:kubernetes"
+LOCAL_COMMAND: Final = "command:local:Command"
+REMOTE_COMMAND: Final = "command:remote:Command"
+COMMAND_TYPES: Final = frozenset({LOCAL_COMMAND, REMOTE_COMMAND})
+CONTAINER: Final = "docker:index/container:Container"
+REMOTE_IMAGE: Final = "docker:index/remoteImage:RemoteImage"
+
+# Labels on worker containers, bootstrap token Secrets and TenantControlPlanes.
+TENANT_LABEL: Final = "gpu-tenancy.io/tenant"
+ROLE_LABEL: Final = "gpu-tenancy.io/role"
+WORKER_ROLE: Final = "worker"
+
+# Environment of the commands that run on a worker machine (docker exec or SSH).
+ENV_TENANT: Final = "GPU_TENANCY_TENANT"
+ENV_JOIN_ENDPOINT: Final = "JOIN_ENDPOINT"
+ENV_NODE: Final = "GPU_TENANCY_NODE"
+ENV_REGISTER: Final = "HAMI_NODE_REGISTER"
+ENV_GPU_CAPACITY: Final = "NVIDIA_GPU_CAPACITY"
+
+# Kamaji's defaults: the API server port, the Konnectivity server port, and the DataStore the
+# chart creates and assigns to every TCP that names none (charts/kamaji values.yaml
+# defaultDatastoreName).
+DEFAULT_API_PORT: Final = 6443
+DEFAULT_KONNECTIVITY_PORT: Final = 8132
+DEFAULT_DATA_STORE: Final = "default"
+
+# Charts recognised by name (the last path segment of `chart`, so repo/, oci:// and URL forms match).
+HAMI_CHART: Final = "hami"
+MANAGEMENT_CHARTS: Final = frozenset({"kamaji", "kamaji-etcd"})
+
+
+def chart_name(chart: object) -> str | None:
+    """``hami`` for ``hami``, ``project-hami/hami``, ``oci://host/charts/hami`` or ``…/hami-2.10.0.tgz``."""
+    if not isinstance(chart, str) or not chart:
+        return None
+    last = chart.rstrip("/").rsplit("/", 1)[-1]
+    if last.endswith(".tgz"):
+        # A packaged chart is <name>-<version>.tgz; the version starts at the last '-' before a digit.
+        stem = last.removesuffix(".tgz")
+        for index in range(len(stem) - 1, 0, -1):
+            if stem[index] == "-" and stem[index + 1 : index + 2].isdigit():
+                return stem[:index]
+        return stem
+    return last

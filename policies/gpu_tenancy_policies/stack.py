@@ -1,0 +1,259 @@
+"""A read-only view of the resources a rule looks at, built from CrossGuard's arguments.
+
+Resource rules get a ``ResourceView`` of ``ResourceValidationArgs`` (props = inputs); stack rules a
+``StackView`` of ``StackValidationArgs`` (props = outputs in a real run, which for commands, custom
+resources and releases echo the inputs under the same keys). Both carry plain props with
+``UNKNOWN`` for what a preview cannot know (see values.py).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from pulumi_policy import PolicyProviderResource, PolicyResource, ResourceValidationArgs
+
+from . import kinds
+from .values import UNKNOWN, dig, labels_of, plain
+
+
+@dataclass(frozen=True)
+class ProviderRef:
+    """The provider a resource is managed through (the engine passes default providers too)."""
+
+    urn: str
+    name: str
+    type: str
+
+    @property
+    def is_default(self) -> bool:
+        # The engine names default providers `default` or `default_<version>` (e.g. default_4_34_2).
+        return self.name == "default" or self.name.startswith("default_")
+
+    @classmethod
+    def of(cls, provider: PolicyProviderResource | None) -> ProviderRef | None:
+        if provider is None:
+            return None
+        return cls(provider.urn, provider.name, provider.resource_type)
+
+
+@dataclass(frozen=True)
+class ResourceView:
+    urn: str
+    type: str
+    name: str
+    props: dict[str, Any]
+    provider: ProviderRef | None = None
+    dependencies: tuple[str, ...] = ()
+    property_dependencies: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def of_args(cls, args: ResourceValidationArgs) -> ResourceView:
+        return cls(args.urn, args.resource_type, args.name, plain(args.props), ProviderRef.of(args.provider))
+
+    @classmethod
+    def of_resource(cls, resource: PolicyResource) -> ResourceView:
+        return cls(
+            resource.urn,
+            resource.resource_type,
+            resource.name,
+            plain(resource.props),
+            ProviderRef.of(resource.provider),
+            tuple(dependency.urn for dependency in resource.dependencies),
+            {key: tuple(item.urn for item in items) for key, items in (resource.property_dependencies or {}).items()},
+        )
+
+    def get(self, *path: str | int, default: Any = None) -> Any:
+        return dig(self.props, *path, default=default)
+
+    @property
+    def provider_urn(self) -> str | None:
+        return self.provider.urn if self.provider else None
+
+    @property
+    def labels(self) -> dict[str, Any] | Any:
+        """Kubernetes metadata.labels or a Docker container's labels."""
+        if self.type == kinds.CONTAINER:
+            return labels_of(self.get("labels"))
+        return labels_of(self.get("metadata", "labels"))
+
+    @property
+    def environment(self) -> dict[str, Any] | Any:
+        env = self.get("environment", default={})
+        return env if env is UNKNOWN or isinstance(env, dict) else {}
+
+
+@dataclass(frozen=True)
+class ControlPlane:
+    """One TenantControlPlane, with what the rules ask of it."""
+
+    resource: ResourceView
+
+    @property
+    def urn(self) -> str:
+        return self.resource.urn
+
+    @property
+    def tenant(self) -> str | Any:
+        label = dig(self.resource.labels, kinds.TENANT_LABEL)
+        if isinstance(label, str) and label:
+            return label
+        return self.resource.get("metadata", "name")
+
+    @property
+    def address(self) -> str | Any:
+        """``spec.networkProfile.address``; None when unset, UNKNOWN in a preview before the VIP exists."""
+        return self.resource.get("spec", "networkProfile", "address")
+
+    @property
+    def effective_address(self) -> str | Any:
+        """The address workers reach: the spec's, or (a load balancer that assigned one) the status's host."""
+        if self.address is UNKNOWN or self.address:
+            return self.address
+        status = self.resource.get("status", "controlPlaneEndpoint")
+        if not isinstance(status, str) or not status:
+            return None
+        host = status.removeprefix("https://").rstrip("/").rpartition(":")[0]
+        return host.removeprefix("[").removesuffix("]") or None
+
+    @property
+    def port(self) -> int | Any:
+        port = self.resource.get("spec", "networkProfile", "port", default=kinds.DEFAULT_API_PORT)
+        return as_int(port) if port is not UNKNOWN else UNKNOWN
+
+    @property
+    def service_type(self) -> str | Any:
+        return self.resource.get("spec", "controlPlane", "service", "serviceType")
+
+    def endpoints(self) -> set[str]:
+        """The ``host:port`` forms workers may join at: the spec's address and, in a real run, the status."""
+        found = set()
+        if isinstance(self.address, str) and self.address and isinstance(self.port, int):
+            found.add(f"{self.address}:{self.port}")
+        status = self.resource.get("status", "controlPlaneEndpoint")
+        if isinstance(status, str) and status:
+            found.add(status.removeprefix("https://").rstrip("/"))
+        return found
+
+    def cidrs(self) -> list[tuple[str, Any]]:
+        """(field, network) for every pod and service CIDR that is known and parses."""
+        found = []
+        for key in ("podCidrs", "serviceCidrs"):
+            values = self.resource.get("spec", "networkProfile", key, default=[])
+            for value in values if isinstance(values, list) else []:
+                network = parse_network(value)
+                if network is not None:
+                    found.append((f"{key} {value}", network))
+        return found
+
+
+def as_int(value: Any) -> int | None:
+    """Integers arrive as floats from the engine (protobuf numbers) and as strings from some inputs."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def parse_address(value: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return ipaddress.ip_address(value.strip())
+    except ValueError:
+        return None
+
+
+def parse_network(value: Any) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return ipaddress.ip_network(value.strip(), strict=False)
+    except ValueError:
+        return None
+
+
+class StackView:
+    """Every resource of the stack, indexed by URN, with the cross-resource questions rules ask."""
+
+    def __init__(self, resources: Iterable[ResourceView]) -> None:
+        self.resources = list(resources)
+        self.by_urn = {resource.urn: resource for resource in self.resources}
+
+    @classmethod
+    def of_resources(cls, resources: Iterable[PolicyResource]) -> StackView:
+        return cls(ResourceView.of_resource(resource) for resource in resources)
+
+    def of_type(self, *types: str) -> Iterator[ResourceView]:
+        return (resource for resource in self.resources if resource.type in types)
+
+    def dependencies(self, resource: ResourceView, *types: str) -> list[ResourceView]:
+        """Direct dependencies of ``resource`` (all of them, or those of ``types``)."""
+        found = [self.by_urn[urn] for urn in resource.dependencies if urn in self.by_urn]
+        return [item for item in found if not types or item.type in types]
+
+    @cached_property
+    def control_planes(self) -> list[ControlPlane]:
+        return [ControlPlane(resource) for resource in self.of_type(kinds.TENANT_CONTROL_PLANE)]
+
+    @cached_property
+    def tenants(self) -> set[str]:
+        return {plane.tenant for plane in self.control_planes if isinstance(plane.tenant, str)}
+
+    @cached_property
+    def management_providers(self) -> set[str]:
+        """Providers that reach the management cluster: whatever creates the TCPs, their DataStores,
+        MetalLB's pools or the Kamaji charts. Identified by what they manage, not by name."""
+        urns = set()
+        for resource in self.resources:
+            if resource.provider_urn is None:
+                continue
+            if resource.type in (kinds.TENANT_CONTROL_PLANE, kinds.DATA_STORE, kinds.IP_ADDRESS_POOL, kinds.L2_ADVERTISEMENT) or (
+                resource.type in kinds.HELM_TYPES and kinds.chart_name(resource.get("chart")) in kinds.MANAGEMENT_CHARTS
+            ):
+                urns.add(resource.provider_urn)
+        return urns
+
+    def tenants_of_provider(self, provider_urn: str | None) -> set[str]:
+        """The tenant(s) whose cluster ``provider_urn`` reaches.
+
+        A tenant provider is built from its TCP's admin kubeconfig, so its dependencies lead to that
+        TCP (and to no other). Where the engine does not say so, resources created through the
+        provider that carry the tenant label (bootstrap token Secrets) do. Management providers
+        belong to no tenant, however many tenant-labelled TCPs they create.
+        """
+        if provider_urn is None or provider_urn in self.management_providers:
+            return set()
+        found = set()
+        provider = self.by_urn.get(provider_urn)
+        if provider is not None:
+            seen: set[str] = set()
+            todo = list(provider.dependencies)
+            while todo:
+                urn = todo.pop()
+                if urn in seen or urn not in self.by_urn:
+                    continue
+                seen.add(urn)
+                resource = self.by_urn[urn]
+                if resource.type == kinds.TENANT_CONTROL_PLANE:
+                    tenant = ControlPlane(resource).tenant
+                    if isinstance(tenant, str):
+                        found.add(tenant)
+                    continue  # the TCP's own dependencies are the management cluster's
+                todo.extend(resource.dependencies)
+        if found:
+            return found
+        for resource in self.resources:
+            if resource.provider_urn == provider_urn:
+                tenant = dig(resource.labels, kinds.TENANT_LABEL)
+                if isinstance(tenant, str) and tenant:
+                    found.add(tenant)
+        return found
