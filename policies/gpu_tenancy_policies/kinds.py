@@ -2,7 +2,7 @@
 
 Rules identify resources by type and by what their properties say, not by resource names. The
 environment keys and labels below are the explicit links the program writes for that purpose
-(components/worker_machine.py, worker_join.py, gpu_registration.py); tests/test_policy_contract.py
+(components/worker_machine.py, worker_join.py, gpu_registration.py); tests/test_policies.py
 fails if the program and these drift apart.
 """
 

@@ -1,0 +1,910 @@
+"""The isolation policy pack: every rule passes the dev stack and catches a broken variant of it.
+
+Each case changes a real render of the dev stack (secrets shown, as the pack sees them) and runs
+the rule twice: through the pack's own policy object, with arguments built here the way
+CrossGuard's analyzer builds them, and through the offline check (`tools.policycheck`, exit codes
+included). Both must agree.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pulumi_policy import (
+    EnforcementLevel,
+    PolicyCustomTimeouts,
+    PolicyProviderResource,
+    PolicyResource,
+    PolicyResourceOptions,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
+from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
+
+from policies.gpu_tenancy_policies import POLICIES, POLICY_NAMES, kinds, settings
+from tests.conftest import COMMAND, CONTAINER, K8S_PROVIDER, PROJECT_DIR, RELEASE, SECRET, TCP
+from tools import harness, policycheck
+
+POOL = "kubernetes:metallb.io/v1beta1:IPAddressPool"
+QUOTA = "kubernetes:core/v1:ResourceQuota"
+IMAGE = "docker:index/remoteImage:RemoteImage"
+REMOTE_COMMAND = "command:remote:Command"
+BY_NAME = {policy.name: policy for policy in POLICIES}
+ISSUE_RULES = [
+    "tenant-worker-isolation",
+    "unique-tenant-endpoints",
+    "konnectivity-required",
+    "control-plane-exposure",
+    "pinned-versions",
+    "privileged-containers-are-nodes",
+    "hami-on-tenants-only",
+    "gpu-quota-within-inventory",
+    "shared-datastore",
+    "bootstrap-token-hygiene",
+]
+ADVISORY = {"shared-datastore", "pinned-versions-exceptions"}
+
+
+# --- the pack's validators, called as the analyzer calls them ---------------------------------
+
+
+def _engine(value: Any) -> Any:
+    """The render's markers as the engine sends them: unknowns (and masked secrets) are sentinels."""
+    if value in (harness.UNKNOWN, harness.SECRET):
+        return UNKNOWN_STRING_VALUE
+    if isinstance(value, dict):
+        return {key: _engine(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_engine(item) for item in value]
+    return value
+
+
+def _options(parent: str | None) -> PolicyResourceOptions:
+    return PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0), [], parent)
+
+
+def _provider(document: dict, record: dict) -> PolicyProviderResource | None:
+    by_urn = {item["urn"]: item for item in document["resources"]}
+    if record.get("provider") in by_urn:
+        provider = by_urn[record["provider"]]
+        return PolicyProviderResource(
+            provider["type"], unknown_checking_proxy(_engine(provider["inputs"])), provider["urn"], provider["name"]
+        )
+    if not record.get("custom", True) or record["type"].startswith("pulumi:providers:"):
+        return None
+    package = record["type"].split(":", 1)[0]
+    return PolicyProviderResource(
+        f"pulumi:providers:{package}",
+        unknown_checking_proxy({}),
+        f"urn:pulumi:dev::gpu-tenancy::pulumi:providers:{package}::default",
+        "default",
+    )
+
+
+def pack_violations(document: dict, name: str, config: dict | None = None) -> list[tuple[str, str]]:
+    """(urn, message) of every violation the pack's policy ``name`` reports on ``document``."""
+    policy = BY_NAME[name]
+    options = settings(name, config)  # the engine hands the pack its config with the schema's defaults
+    found: list[tuple[str, str]] = []
+    if isinstance(policy, ResourceValidationPolicy):
+        for record in document["resources"]:
+            if "read" in record:
+                continue
+            args = ResourceValidationArgs(
+                record["type"],
+                unknown_checking_proxy(_engine(record["inputs"])),
+                record["urn"],
+                record["name"],
+                _options(record["parent"]),
+                _provider(document, record),
+                options,
+            )
+            policy.validate(args, lambda message, urn=None, record=record: found.append((record["urn"], message)))
+        return found
+    assert isinstance(policy, StackValidationPolicy)
+    resources = {
+        record["urn"]: PolicyResource(
+            record["type"],
+            unknown_checking_proxy(_engine(record["inputs"])),
+            record["urn"],
+            record["name"],
+            _options(record["parent"]),
+            _provider(document, record),
+            None,
+            [],
+            {},
+        )
+        for record in document["resources"]
+    }
+    for record in document["resources"]:
+        resources[record["urn"]].dependencies = [resources[urn] for urn in record["dependencies"] if urn in resources]
+    policy.validate(
+        StackValidationArgs(list(resources.values()), options), lambda message, urn=None: found.append((urn, message))
+    )
+    return found
+
+
+# --- the offline check --------------------------------------------------------------------------
+
+
+def offline(document: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, list[str], str]:
+    """Exit status, printed lines and stderr of `python -m tools.policycheck --resources FILE`."""
+    path = tmp_path / "render.json"
+    path.write_text(json.dumps(document) if not isinstance(document, str) else document)
+    code = policycheck.main(["--resources", str(path), *extra])
+    captured = capsys.readouterr()
+    return code, [line for line in captured.out.splitlines() if line], captured.err
+
+
+def offline_messages(lines: list[str], name: str) -> list[tuple[str, str, str]]:
+    """(level, urn, message) of the lines for policy ``name``."""
+    found = []
+    for line in lines:
+        level, policy, rest = line.split(" ", 2)
+        if policy == name:
+            urn, _, message = rest.partition(": ")
+            found.append((level, urn, message))
+    return found
+
+
+# --- the dev render and its variants --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def base(dev_secrets: harness.Render) -> dict:
+    return dev_secrets.to_json()
+
+
+def record(document: dict, type_: str, name: str) -> dict:
+    found = [item for item in document["resources"] if item["type"] == type_ and item["name"] == name]
+    assert len(found) == 1, f"expected one {type_} {name}"
+    return found[0]
+
+
+def spec(document: dict, tenant: str) -> dict:
+    return record(document, TCP, tenant)["inputs"]["spec"]
+
+
+def env(document: dict, command: str) -> dict:
+    return record(document, COMMAND, command)["inputs"]["environment"]
+
+
+def remove(document: dict, type_: str, name: str) -> None:
+    urn = record(document, type_, name)["urn"]
+    document["resources"] = [item for item in document["resources"] if item["urn"] != urn]
+    for item in document["resources"]:
+        item["dependencies"] = [dep for dep in item["dependencies"] if dep != urn]
+
+
+def endpoint_of(document: dict, tenant: str) -> str:
+    profile = spec(document, tenant)["networkProfile"]
+    return f"{profile['address']}:{profile['port']}"
+
+
+def provider_of(document: dict, type_: str, name: str) -> str:
+    return record(document, type_, name)["provider"]
+
+
+def registration(document: dict, worker: str) -> list[dict]:
+    return json.loads(env(document, f"{worker}-gpu-registration")["HAMI_NODE_REGISTER"])
+
+
+def set_registration(document: dict, worker: str, entries: Any) -> None:
+    env(document, f"{worker}-gpu-registration")["HAMI_NODE_REGISTER"] = (
+        entries if isinstance(entries, str) else json.dumps(entries)
+    )
+
+
+def token(document: dict, worker: str) -> dict:
+    return record(document, SECRET, f"{worker}-bootstrap-token")["inputs"]["stringData"]
+
+
+def ssh_join(document: dict, name: str, tenant: str, host: str, endpoint: str) -> None:
+    """A worker on a real host (issue 6): a remote command with the join environment."""
+    template = record(document, COMMAND, "tenant-a-worker-0-join")
+    join = copy.deepcopy(template)
+    join.update(
+        type=REMOTE_COMMAND,
+        name=f"{name}-join",
+        urn=template["urn"].replace("command:local:Command::tenant-a-worker-0-join", f"command:remote:Command::{name}-join"),
+        dependencies=[],
+    )
+    join["inputs"] = {
+        "connection": {"host": host, "port": 22, "user": "ubuntu", "privateKey": "-----BEGIN OPENSSH PRIVATE KEY-----"},
+        "create": "sudo -n sh -s",
+        "environment": {"GPU_TENANCY_TENANT": tenant, "JOIN_ENDPOINT": endpoint, "JOIN_CA_CERT_HASH": "sha256:00"},
+    }
+    document["resources"].append(join)
+
+
+def second_join(document: dict) -> None:
+    """tenant-a's worker also joins tenant-b."""
+    join = copy.deepcopy(record(document, COMMAND, "tenant-a-worker-0-join"))
+    join["name"] += "-again"
+    join["urn"] += "-again"
+    join["inputs"]["environment"].update(GPU_TENANCY_TENANT="tenant-b", JOIN_ENDPOINT=endpoint_of(document, "tenant-b"))
+    document["resources"].append(join)
+
+
+def node_port(document: dict, tenant: str, port: int, konnectivity: int) -> None:
+    tenant_spec = spec(document, tenant)
+    tenant_spec["controlPlane"]["service"] = {"serviceType": "NodePort"}
+    tenant_spec["networkProfile"]["port"] = port
+    tenant_spec["addons"]["konnectivity"]["server"]["port"] = konnectivity
+
+
+def as_base64_data(document: dict, worker: str) -> None:
+    """The Secret as its outputs look: `data`, base64, instead of `stringData`."""
+    inputs = record(document, SECRET, f"{worker}-bootstrap-token")["inputs"]
+    data = inputs.pop("stringData")
+    data.pop("expiration")
+    inputs["data"] = {key: base64.b64encode(value.encode()).decode() for key, value in data.items()}
+
+
+def real_devices(document: dict, tenant: str) -> None:
+    """gpuMode nvidia (issue 6): HAMi's device plugin finds the cards; no registration command."""
+    remove(document, COMMAND, f"{tenant}-worker-0-gpu-registration")
+    record(document, RELEASE, f"{tenant}-hami")["inputs"]["values"].update(
+        devicePlugin={"enabled": True}, mockDevicePlugin={"enabled": False}
+    )
+
+
+def kind_network_output(document: dict) -> None:
+    """A real run's outputs: `docker network inspect kind` reported the node subnet."""
+    record(document, COMMAND, "gpu-tenancy-management-kind-network")["inputs"]["stdout"] = (
+        "172.18.0.0/16 fc00:f853:ccd:e793::/64\n"
+    )
+
+
+DIGEST = "sha256:" + "0" * 64
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    policy: str
+    change: Callable[[dict], Any]
+    expect: str | None  # a fragment of the violation message; None: the rule must pass
+    config: dict | None = None
+
+
+def same(_: dict) -> None:
+    pass
+
+
+CASES = [
+    # tenant-worker-isolation
+    Case("dev", "tenant-worker-isolation", same, None),
+    Case(
+        "join-at-another-tenants-endpoint",
+        "tenant-worker-isolation",
+        lambda d: env(d, "tenant-a-worker-0-join").update(JOIN_ENDPOINT=endpoint_of(d, "tenant-b")),
+        "joins 172.18.255.219:6443, the endpoint of tenant 'tenant-b'",
+    ),
+    Case(
+        "join-at-an-unknown-endpoint",
+        "tenant-worker-isolation",
+        lambda d: env(d, "tenant-a-worker-0-join").update(JOIN_ENDPOINT="10.9.9.9:6443"),
+        "joins 10.9.9.9:6443, not tenant 'tenant-a''s endpoint 172.18.255.230:6443",
+    ),
+    Case(
+        "container-labelled-for-another-tenant",
+        "tenant-worker-isolation",
+        lambda d: record(d, CONTAINER, "tenant-a-worker-0")["inputs"]["labels"][0].update(value="tenant-b"),
+        "labelled gpu-tenancy.io/tenant=tenant-b",
+    ),
+    Case(
+        "join-names-no-tenant",
+        "tenant-worker-isolation",
+        lambda d: env(d, "tenant-b-worker-0-join").pop("GPU_TENANCY_TENANT"),
+        "join tenant-b-worker-0-join names no tenant",
+    ),
+    Case(
+        "join-for-a-tenant-without-control-plane",
+        "tenant-worker-isolation",
+        lambda d: env(d, "tenant-b-worker-0-join").update(GPU_TENANCY_TENANT="tenant-c"),
+        "tenant 'tenant-c', which has no TenantControlPlane",
+    ),
+    Case(
+        "worker-without-join",
+        "tenant-worker-isolation",
+        lambda d: remove(d, COMMAND, "tenant-b-worker-0-join"),
+        "worker tenant-b-worker-0 joins no tenant",
+    ),
+    Case("worker-joins-two-tenants", "tenant-worker-isolation", second_join, "joins tenants 'tenant-a', 'tenant-b'"),
+    Case(
+        "token-created-in-another-tenant",
+        "tenant-worker-isolation",
+        lambda d: record(d, SECRET, "tenant-a-worker-0-bootstrap-token").update(
+            provider=provider_of(d, SECRET, "tenant-b-worker-0-bootstrap-token")
+        ),
+        "uses a bootstrap token created in tenant 'tenant-b'",
+    ),
+    Case(
+        "registration-for-another-tenant",
+        "tenant-worker-isolation",
+        lambda d: env(d, "tenant-a-worker-0-gpu-registration").update(GPU_TENANCY_TENANT="tenant-b"),
+        "is for tenant 'tenant-b' on a worker that joins 'tenant-a'",
+    ),
+    Case(
+        "ssh-worker",
+        "tenant-worker-isolation",
+        lambda d: ssh_join(d, "gpu-host-1", "tenant-b", "10.0.0.11", endpoint_of(d, "tenant-b")),
+        None,
+    ),
+    Case(
+        "ssh-host-in-two-tenants",
+        "tenant-worker-isolation",
+        lambda d: (
+            ssh_join(d, "gpu-host-1", "tenant-b", "10.0.0.11", endpoint_of(d, "tenant-b")),
+            ssh_join(d, "gpu-host-1-again", "tenant-a", "10.0.0.11", endpoint_of(d, "tenant-a")),
+        ),
+        "worker ssh://10.0.0.11:22 joins tenants 'tenant-a', 'tenant-b'",
+    ),
+    # unique-tenant-endpoints
+    Case("dev", "unique-tenant-endpoints", same, None),
+    Case(
+        "two-tenants-one-address",
+        "unique-tenant-endpoints",
+        lambda d: spec(d, "tenant-b")["networkProfile"].update(address=spec(d, "tenant-a")["networkProfile"]["address"]),
+        "tenant 'tenant-b' shares its address 172.18.255.230 with tenant 'tenant-a'",
+    ),
+    Case(
+        "pod-cidr-holds-a-vip",
+        "unique-tenant-endpoints",
+        lambda d: spec(d, "tenant-b")["networkProfile"].update(podCidrs=["172.18.255.224/28"]),
+        "podCidrs 172.18.255.224/28 contains the address 172.18.255.230 of tenant 'tenant-a'",
+    ),
+    Case(
+        "service-cidr-on-the-node-network",
+        "unique-tenant-endpoints",
+        lambda d: (kind_network_output(d), spec(d, "tenant-a")["networkProfile"].update(serviceCidrs=["172.18.0.0/24"])),
+        "serviceCidrs 172.18.0.0/24 overlaps the node network 172.18.0.0/16",
+    ),
+    Case(
+        "two-load-balancers-one-address",
+        "unique-tenant-endpoints",
+        lambda d: [
+            (
+                spec(d, tenant)["networkProfile"].pop("address"),
+                record(d, TCP, tenant)["inputs"].update(status={"controlPlaneEndpoint": "10.1.2.3:6443"}),
+            )
+            for tenant in ("tenant-a", "tenant-b")
+        ],
+        "shares its address 10.1.2.3",
+    ),
+    # konnectivity-required
+    Case("dev", "konnectivity-required", same, None),
+    Case(
+        "no-konnectivity",
+        "konnectivity-required",
+        lambda d: spec(d, "tenant-a")["addons"].pop("konnectivity"),
+        "does not run the Konnectivity addon",
+    ),
+    Case(
+        "konnectivity-null",
+        "konnectivity-required",
+        lambda d: spec(d, "tenant-b")["addons"].update(konnectivity=None),
+        "does not run the Konnectivity addon",
+    ),
+    # control-plane-exposure
+    Case("dev", "control-plane-exposure", same, None),
+    Case(
+        "address-outside-the-pool",
+        "control-plane-exposure",
+        lambda d: (
+            spec(d, "tenant-a")["networkProfile"].update(address="172.18.0.50"),
+            spec(d, "tenant-a")["controlPlane"]["service"]["additionalMetadata"]["annotations"].update(
+                {"metallb.io/loadBalancerIPs": "172.18.0.50"}
+            ),
+        ),
+        "address 172.18.0.50 lies outside the MetalLB pool 172.18.255.200-172.18.255.250",
+    ),
+    Case(
+        "load-balancer-without-address",
+        "control-plane-exposure",
+        lambda d: spec(d, "tenant-a")["networkProfile"].pop("address"),
+        "uses a LoadBalancer without a fixed address",
+    ),
+    Case(
+        "annotation-disagrees",
+        "control-plane-exposure",
+        lambda d: spec(d, "tenant-a")["controlPlane"]["service"]["additionalMetadata"]["annotations"].update(
+            {"metallb.io/loadBalancerIPs": "172.18.255.201"}
+        ),
+        "asks MetalLB for 172.18.255.201",
+    ),
+    Case(
+        "existing-cluster-load-balancer",
+        "control-plane-exposure",
+        lambda d: (remove(d, POOL, "gpu-tenancy-management-address-pool"), spec(d, "tenant-a")["networkProfile"].pop("address")),
+        None,
+    ),
+    Case("node-port-in-range", "control-plane-exposure", lambda d: node_port(d, "tenant-a", 31443, 31132), None),
+    Case(
+        "node-port-default-ports",
+        "control-plane-exposure",
+        lambda d: node_port(d, "tenant-a", 6443, 8132),
+        "NodePort with spec.networkProfile.port 6443, outside the NodePort range 30000-32767",
+    ),
+    Case(
+        "node-port-konnectivity-out-of-range",
+        "control-plane-exposure",
+        lambda d: node_port(d, "tenant-a", 31443, 8132),
+        "spec.addons.konnectivity.server.port 8132, outside the NodePort range",
+    ),
+    Case(
+        "node-port-without-address",
+        "control-plane-exposure",
+        lambda d: (node_port(d, "tenant-b", 31443, 31132), spec(d, "tenant-b")["networkProfile"].pop("address")),
+        "uses a NodePort without spec.networkProfile.address",
+    ),
+    Case(
+        "node-port-range-from-config",
+        "control-plane-exposure",
+        lambda d: node_port(d, "tenant-a", 31443, 31132),
+        "outside the NodePort range 32000-32767",
+        config={"nodePortMin": 32000},
+    ),
+    Case(
+        "cluster-ip",
+        "control-plane-exposure",
+        lambda d: spec(d, "tenant-b")["controlPlane"]["service"].update(serviceType="ClusterIP"),
+        "exposes its API server as ClusterIP",
+    ),
+    # pinned-versions
+    Case("dev", "pinned-versions", same, None),
+    Case(
+        "release-without-version",
+        "pinned-versions",
+        lambda d: record(d, RELEASE, "tenant-a-hami")["inputs"].pop("version"),
+        "Helm chart hami has no explicit version",
+    ),
+    Case(
+        "release-version-range",
+        "pinned-versions",
+        lambda d: record(d, RELEASE, "gpu-tenancy-management-cert-manager")["inputs"].update(version="~1.21"),
+        "version '~1.21' is a range",
+    ),
+    Case(
+        "image-latest",
+        "pinned-versions",
+        lambda d: record(d, IMAGE, "tenant-b-worker-0-image")["inputs"].update(name="kindest/node:latest"),
+        "image kindest/node:latest uses the moving tag 'latest'",
+    ),
+    Case(
+        "image-untagged",
+        "pinned-versions",
+        lambda d: record(d, IMAGE, "tenant-b-worker-0-image")["inputs"].update(name="localhost:5000/kindest/node"),
+        "image localhost:5000/kindest/node has no tag or digest",
+    ),
+    Case(
+        "image-by-digest",
+        "pinned-versions",
+        lambda d: record(d, IMAGE, "tenant-b-worker-0-image")["inputs"].update(name=f"kindest/node@{DIGEST}"),
+        None,
+    ),
+    Case(
+        "helm-value-latest",
+        "pinned-versions",
+        lambda d: record(d, RELEASE, "tenant-a-hami")["inputs"]["values"]["scheduler"]["kubeScheduler"]["image"].update(
+            tag="latest"
+        ),
+        "values.scheduler.kubeScheduler.image.tag is the moving image tag 'latest'",
+    ),
+    Case(
+        "kind-node-untagged",
+        "pinned-versions",
+        lambda d: record(d, COMMAND, "gpu-tenancy-management-kind-cluster")["inputs"].update(
+            stdin="kind: Cluster\napiVersion: kind.x-k8s.io/v1alpha4\nnodes:\n- role: control-plane\n  image: kindest/node\n"
+        ),
+        "kind node image kindest/node has no tag or digest",
+    ),
+    # pinned-versions-exceptions (advisory)
+    Case("kamaji-moving-chart", "pinned-versions-exceptions", same, "Helm chart kamaji 0.0.0+latest"),
+    Case(
+        "kamaji-pinned",
+        "pinned-versions-exceptions",
+        lambda d: record(d, RELEASE, "gpu-tenancy-management-kamaji")["inputs"].update(version="1.0.0"),
+        None,
+    ),
+    # privileged-containers-are-nodes
+    Case("dev", "privileged-containers-are-nodes", same, None),
+    Case(
+        "privileged-ubuntu",
+        "privileged-containers-are-nodes",
+        lambda d: record(d, IMAGE, "tenant-a-worker-0-image")["inputs"].update(name="ubuntu:24.04"),
+        "privileged container tenant-a-worker-0 runs ubuntu:24.04, not a Kubernetes node image",
+    ),
+    Case(
+        "privileged-by-reference",
+        "privileged-containers-are-nodes",
+        lambda d: record(d, CONTAINER, "tenant-b-worker-0")["inputs"].update(image="docker.io/library/busybox:1.36"),
+        "runs docker.io/library/busybox:1.36",
+    ),
+    Case(
+        "unprivileged-busybox",
+        "privileged-containers-are-nodes",
+        lambda d: record(d, CONTAINER, "tenant-b-worker-0")["inputs"].update(image="busybox:1.36", privileged=False),
+        None,
+    ),
+    Case(
+        "mirrored-node-image-allowed-by-config",
+        "privileged-containers-are-nodes",
+        lambda d: record(d, IMAGE, "tenant-a-worker-0-image")["inputs"].update(name="registry.example.com/kindest/node:v1.36.4"),
+        None,
+        config={"nodeImageRepositories": ["kindest/node", "registry.example.com/kindest/node"]},
+    ),
+    Case(
+        "mirrored-node-image-not-configured",
+        "privileged-containers-are-nodes",
+        lambda d: record(d, IMAGE, "tenant-a-worker-0-image")["inputs"].update(name="registry.example.com/kindest/node:v1.36.4"),
+        "runs registry.example.com/kindest/node:v1.36.4",
+    ),
+    # hami-on-tenants-only
+    Case("dev", "hami-on-tenants-only", same, None),
+    Case(
+        "hami-on-the-management-cluster",
+        "hami-on-tenants-only",
+        lambda d: record(d, RELEASE, "tenant-a-hami").update(provider=provider_of(d, TCP, "tenant-a")),
+        "installed through the management cluster's provider gpu-tenancy-management",
+    ),
+    Case(
+        "hami-on-the-default-provider",
+        "hami-on-tenants-only",
+        lambda d: record(d, RELEASE, "tenant-b-hami").update(provider=None),
+        "installed through the default Kubernetes provider",
+    ),
+    # gpu-quota-within-inventory
+    Case("dev", "gpu-quota-within-inventory", same, None),
+    Case(
+        "quota-memory-over-inventory",
+        "gpu-quota-within-inventory",
+        lambda d: record(d, QUOTA, "tenant-a-gpu-quota")["inputs"]["spec"]["hard"].update({"limits.nvidia.com/gpumem": "81921"}),
+        "limits.nvidia.com/gpumem=81921 exceeds the 81920 MiB of GPU memory",
+    ),
+    Case(
+        "quota-cores-over-inventory",
+        "gpu-quota-within-inventory",
+        lambda d: record(d, QUOTA, "tenant-a-gpu-quota")["inputs"]["spec"]["hard"].update({"limits.nvidia.com/gpucores": "200"}),
+        "limits.nvidia.com/gpucores=200 exceeds the 100 % of GPU cores",
+    ),
+    Case(
+        "quota-as-a-quantity",
+        "gpu-quota-within-inventory",
+        lambda d: record(d, QUOTA, "tenant-a-gpu-quota")["inputs"]["spec"]["hard"].update({"limits.nvidia.com/gpumem": "80Gi"}),
+        "exceeds the 81920 MiB",
+    ),
+    Case(
+        "quota-without-registered-cards",
+        "gpu-quota-within-inventory",
+        lambda d: remove(d, COMMAND, "tenant-a-worker-0-gpu-registration"),
+        "limits.nvidia.com/gpumem=81920 exceeds the 0 MiB",
+    ),
+    Case("real-device-plugin-counts-at-run-time", "gpu-quota-within-inventory", lambda d: real_devices(d, "tenant-a"), None),
+    Case(
+        "registration-not-json",
+        "gpu-quota-within-inventory",
+        lambda d: set_registration(d, "tenant-b-worker-0", "GPU-0,10,23034,100,NVIDIA-L4,0,true"),
+        "hami.io/node-nvidia-register is not JSON",
+    ),
+    Case(
+        "registration-unhealthy-card",
+        "gpu-quota-within-inventory",
+        lambda d: set_registration(d, "tenant-b-worker-0", [{**registration(d, "tenant-b-worker-0")[0], "health": False}]),
+        "device [0] is not healthy",
+    ),
+    Case(
+        "registration-inflated-memory",
+        "gpu-quota-within-inventory",
+        lambda d: set_registration(d, "tenant-b-worker-0", [{**registration(d, "tenant-b-worker-0")[0], "devmem": 80000}]),
+        "claims 80000 MiB; a L4 has 23034 MiB",
+    ),
+    Case(
+        "registration-missing-field",
+        "gpu-quota-within-inventory",
+        lambda d: set_registration(
+            d, "tenant-b-worker-0", [{k: v for k, v in registration(d, "tenant-b-worker-0")[0].items() if k != "count"}]
+        ),
+        "device [0] lacks 'count'",
+    ),
+    Case(
+        "registration-capacity-disagrees",
+        "gpu-quota-within-inventory",
+        lambda d: env(d, "tenant-b-worker-0-gpu-registration").update(NVIDIA_GPU_CAPACITY="10"),
+        "NVIDIA_GPU_CAPACITY=10, but the devices' counts add up to 20",
+    ),
+    # shared-datastore (advisory)
+    Case("default-datastore", "shared-datastore", same, "tenants tenant-a, tenant-b share Kamaji's default DataStore 'default'"),
+    Case("dedicated-datastore", "shared-datastore", lambda d: spec(d, "tenant-a").update(dataStore="tenant-a-etcd"), None),
+    Case(
+        "one-named-datastore-for-two",
+        "shared-datastore",
+        lambda d: (spec(d, "tenant-a").update(dataStore="team-etcd"), spec(d, "tenant-b").update(dataStore="team-etcd")),
+        "tenants tenant-a, tenant-b share the DataStore 'team-etcd'",
+    ),
+    # bootstrap-token-hygiene
+    Case("dev", "bootstrap-token-hygiene", same, None),
+    Case(
+        "token-without-expiration",
+        "bootstrap-token-hygiene",
+        lambda d: token(d, "tenant-a-worker-0").pop("expiration"),
+        "has no expiration",
+    ),
+    Case(
+        "token-expiration-not-a-time",
+        "bootstrap-token-hygiene",
+        lambda d: token(d, "tenant-a-worker-0").update(expiration="tomorrow"),
+        "expiration 'tomorrow' is not an RFC 3339 time",
+    ),
+    Case(
+        "token-grants-another-group",
+        "bootstrap-token-hygiene",
+        lambda d: token(d, "tenant-b-worker-0").update(
+            {"auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token,system:masters"}
+        ),
+        "group 'system:masters'",
+    ),
+    Case(
+        "token-with-another-usage",
+        "bootstrap-token-hygiene",
+        lambda d: token(d, "tenant-b-worker-0").update({"usage-bootstrap-exec": "true"}),
+        "allows usage 'exec'",
+    ),
+    Case(
+        "token-as-output-data", "bootstrap-token-hygiene", lambda d: as_base64_data(d, "tenant-a-worker-0"), "has no expiration"
+    ),
+    Case(
+        "token-unknown-in-preview",
+        "bootstrap-token-hygiene",
+        lambda d: record(d, SECRET, "tenant-a-worker-0-bootstrap-token")["inputs"].update(stringData=harness.UNKNOWN),
+        None,
+    ),
+]
+
+
+def test_every_rule_has_a_passing_and_a_violating_case() -> None:
+    for name in POLICY_NAMES:
+        cases = [case for case in CASES if case.policy == name]
+        assert any(case.expect is None for case in cases), f"{name} has no passing case"
+        assert any(case.expect is not None for case in cases), f"{name} has no violating case"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{case.policy}:{case.id}" for case in CASES])
+def test_rule(case: Case, base: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    document = copy.deepcopy(base)
+    case.change(document)
+    through_pack = pack_violations(document, case.policy, case.config)
+    messages = [message for _, message in through_pack]
+    if case.expect is None:
+        assert through_pack == []
+    else:
+        assert through_pack, f"{case.policy} found nothing"
+        assert any(case.expect in message for message in messages), messages
+
+    extra = []
+    if case.config is not None:
+        config = tmp_path / "pack-config.json"
+        config.write_text(json.dumps({case.policy: case.config}))
+        extra = ["--policy-config", str(config)]
+    code, lines, _ = offline(document, tmp_path, capsys, *extra)
+    found = offline_messages(lines, case.policy)
+    assert sorted((urn, message) for _, urn, message in found) == sorted(through_pack)
+    level = "advisory" if case.policy in ADVISORY else "mandatory"
+    assert all(found_level == level for found_level, _, _ in found)
+    if case.expect is not None and level == "mandatory":
+        assert code == 1
+    if case.expect is None and not any(line.startswith("mandatory ") for line in lines):
+        assert code == 0
+
+
+def test_the_pack_has_the_issues_rules_at_their_levels() -> None:
+    assert set(ISSUE_RULES) <= set(POLICY_NAMES)
+    assert set(POLICY_NAMES) - set(ISSUE_RULES) == {"pinned-versions-exceptions"}
+    for policy in POLICIES:
+        expected = EnforcementLevel.ADVISORY if policy.name in ADVISORY else None  # None: the pack's mandatory
+        assert policy.enforcement_level == expected, policy.name
+    stack_rules = {p.name for p in POLICIES if isinstance(p, StackValidationPolicy)}
+    assert stack_rules == {
+        "tenant-worker-isolation",
+        "unique-tenant-endpoints",
+        "control-plane-exposure",
+        "privileged-containers-are-nodes",
+        "hami-on-tenants-only",
+        "gpu-quota-within-inventory",
+        "shared-datastore",
+    }
+
+
+def test_dev_stack_has_only_the_advisory_findings(capsys: pytest.CaptureFixture[str]) -> None:
+    assert policycheck.main(["--stack", "dev"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines, "the dev stack's advisories must print"
+    assert all(line.startswith("advisory ") for line in lines), lines
+    assert {line.split()[1] for line in lines} == {"shared-datastore", "pinned-versions-exceptions"}
+
+
+def test_a_preview_of_a_fresh_stack_skips_unknowns_without_failing(dev_preview: harness.Render) -> None:
+    report = policycheck.check_document(dev_preview.to_json())
+    assert report.mandatory == []
+    assert not [v for v in report.violations if "can't run policy" in v.message]
+    # What a preview can know is still checked: the moving Kamaji chart and the shared DataStore.
+    assert {v.policy for v in report.violations} == {"pinned-versions-exceptions", "shared-datastore"}
+
+
+def test_unknowns_anywhere_in_a_control_plane_are_skipped(base: dict) -> None:
+    document = copy.deepcopy(base)
+
+    def blank(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: blank(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [blank(item) for item in value]
+        return harness.UNKNOWN
+
+    for tenant in ("tenant-a", "tenant-b"):
+        tcp = record(document, TCP, tenant)
+        tcp["inputs"]["spec"] = blank(tcp["inputs"]["spec"])
+    report = policycheck.check_document(document)
+    assert report.mandatory == []
+    assert not [v for v in report.violations if "can't run policy" in v.message]
+
+
+def test_masked_secrets_are_reported_and_skipped(dev: harness.Render, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "masked.json"
+    path.write_text(json.dumps(dev.to_json()))
+    assert policycheck.main(["--resources", str(path)]) == 0
+    assert "secret value(s) are masked" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("content", "error"),
+    [
+        ("{", "is not JSON"),
+        ("[]", "expected a document like tools.render prints"),
+        ('{"resources": [{"urn": "x"}]}', "resources[0] lacks a string urn, type or name"),
+        ('{"resources": [{"urn": "x", "type": "t", "name": "n"}]}', "'x' is not a Pulumi URN"),
+    ],
+)
+def test_unusable_documents_exit_2(content: str, error: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, lines, err = offline(content, tmp_path, capsys)
+    assert code == 2
+    assert lines == []
+    assert error in err
+
+
+def test_a_missing_file_or_stack_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert policycheck.main(["--resources", str(tmp_path / "absent.json")]) == 2
+    assert "no such resources file" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stopped:
+        policycheck.main(["--stack", "no-such-stack"])
+    assert stopped.value.code == 2
+
+
+def test_a_refused_config_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "Pulumi.broken.yaml"
+    config.write_text("config:\n  gpu-tenancy:tenants:\n    - name: Tenant_A\n")
+    with pytest.raises(SystemExit) as stopped:
+        policycheck.main(["--config", str(config)])
+    assert stopped.value.code == 2
+    assert "Tenant_A" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("config", "error"),
+    [
+        ({"no-such-policy": "mandatory"}, "unknown policies no-such-policy"),
+        ({"shared-datastore": "blocking"}, "enforcement level must be one of"),
+        ({"all": 3}, "all: enforcement level must be one of"),
+        ({"control-plane-exposure": {"nodePortMin": "30000"}}, "control-plane-exposure.nodePortMin"),
+        ({"bootstrap-token-hygiene": {"allowedGroups": ["system:masters"]}}, "does not match"),
+        ([], "must be a JSON object"),
+    ],
+)
+def test_a_bad_pack_config_exits_2(
+    config: Any, error: str, base: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "pack-config.json"
+    path.write_text(json.dumps(config))
+    code, lines, err = offline(base, tmp_path, capsys, "--policy-config", str(path))
+    assert code == 2
+    assert lines == []
+    assert error in err
+
+
+def test_pack_config_sets_levels_as_the_engine_does(base: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "pack-config.json"
+    path.write_text(json.dumps({"shared-datastore": {"enforcementLevel": "mandatory"}}))
+    code, lines, _ = offline(base, tmp_path, capsys, "--policy-config", str(path))
+    assert code == 1
+    assert {level for level, _, _ in offline_messages(lines, "shared-datastore")} == {"mandatory"}
+
+    # `all` sets every policy's level; a policy's own entry wins over it.
+    path.write_text(json.dumps({"all": "disabled", "pinned-versions-exceptions": "advisory"}))
+    code, lines, _ = offline(base, tmp_path, capsys, "--policy-config", str(path))
+    assert code == 0
+    assert lines and {line.split()[1] for line in lines} == {"pinned-versions-exceptions"}
+
+
+@pytest.fixture(scope="module")
+def multihost() -> dict:
+    """Issue 6's example: an existing management cluster, SSH workers, real GPUs, dedicated datastores."""
+    return harness.render_file(PROJECT_DIR / "Pulumi.example-multihost.yaml", show_secrets=True).to_json()
+
+
+def remote_joins(document: dict) -> list[dict]:
+    joins = [
+        item
+        for item in document["resources"]
+        if item["type"] == REMOTE_COMMAND and "JOIN_ENDPOINT" in item["inputs"]["environment"]
+    ]
+    assert joins, "the example joins its workers over SSH"
+    return joins
+
+
+def test_the_multihost_example_passes(multihost: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, lines, _ = offline(multihost, tmp_path, capsys)
+    assert code == 0
+    # Dedicated and named DataStores: no tenants share one; only Kamaji's moving chart is left.
+    assert {line.split()[1] for line in lines} == {"pinned-versions-exceptions"}
+    for name in ("tenant-worker-isolation", "unique-tenant-endpoints", "gpu-quota-within-inventory", "hami-on-tenants-only"):
+        assert pack_violations(multihost, name) == []
+
+
+def test_an_ssh_worker_joining_another_tenant(multihost: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    document = copy.deepcopy(multihost)
+    joins = remote_joins(document)
+    mine = joins[0]["inputs"]["environment"]
+    other = next(
+        join["inputs"]["environment"]
+        for join in joins
+        if join["inputs"]["environment"]["GPU_TENANCY_TENANT"] != mine["GPU_TENANCY_TENANT"]
+    )
+    mine["JOIN_ENDPOINT"] = other["JOIN_ENDPOINT"]
+    expected = f"the endpoint of tenant '{other['GPU_TENANCY_TENANT']}'"
+    assert any(expected in message for _, message in pack_violations(document, "tenant-worker-isolation"))
+    code, lines, _ = offline(document, tmp_path, capsys)
+    assert code == 1
+    assert any(expected in message for _, _, message in offline_messages(lines, "tenant-worker-isolation"))
+
+
+def test_a_pod_cidr_over_an_ssh_worker_host(multihost: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    document = copy.deepcopy(multihost)
+    host = next(
+        join["inputs"]["connection"]["host"]
+        for join in remote_joins(document)
+        if join["inputs"]["connection"]["host"][0].isdigit()
+    )
+    tcp = next(item for item in document["resources"] if item["type"] == TCP)
+    tcp["inputs"]["spec"]["networkProfile"]["podCidrs"] = [f"{host}/16"]
+    expected = f"overlaps worker host {host}"
+    assert any(expected in message for _, message in pack_violations(document, "unique-tenant-endpoints"))
+    code, lines, _ = offline(document, tmp_path, capsys)
+    assert code == 1
+    assert any(expected in message for _, _, message in offline_messages(lines, "unique-tenant-endpoints"))
+
+
+def test_the_rules_read_the_programs_own_labels_and_environment(base: dict) -> None:
+    """The names the rules rely on (policies/gpu_tenancy_policies/kinds.py) are what the program writes."""
+    container = record(base, CONTAINER, "tenant-a-worker-0")["inputs"]
+    labels = {item["label"]: item["value"] for item in container["labels"]}
+    assert labels[kinds.TENANT_LABEL] == "tenant-a"
+    assert labels[kinds.ROLE_LABEL] == kinds.WORKER_ROLE
+    join = env(base, "tenant-a-worker-0-join")
+    assert join[kinds.ENV_TENANT] == "tenant-a"
+    assert join[kinds.ENV_JOIN_ENDPOINT] == endpoint_of(base, "tenant-a")
+    registration_env = env(base, "tenant-a-worker-0-gpu-registration")
+    assert {kinds.ENV_TENANT, kinds.ENV_NODE, kinds.ENV_REGISTER, kinds.ENV_GPU_CAPACITY} <= set(registration_env)
+    assert record(base, TCP, "tenant-a")["inputs"]["metadata"]["labels"][kinds.TENANT_LABEL] == "tenant-a"
+    assert kinds.chart_name(record(base, RELEASE, "tenant-a-hami")["inputs"]["chart"]) == kinds.HAMI_CHART
+    for provider in (item for item in base["resources"] if item["type"] == K8S_PROVIDER):
+        assert provider["name"] != "default"  # the rules treat `default*` providers as the ambient kubeconfig
