@@ -15,6 +15,7 @@ from typing import Any
 from gpu_tenancy.config import StackConfig, Tenant
 
 from .checks import (
+    CHECK_IDS,
     SCRATCH_CHECKS,
     check_control_plane,
     check_fractional,
@@ -169,4 +170,15 @@ def run_checks(run: Run) -> list[Result]:
                 )
     finally:
         results += _delete_scratch(created)
-    return results
+    return _in_table_order(run, results)
+
+
+def _in_table_order(run: Run, results: list[Result]) -> list[Result]:
+    """Catalogue order, tenants in stack order within a check (they ran tenant by tenant); cleanup last."""
+    tenants = [MANAGEMENT, *(target.name for target in run.targets)]
+
+    def key(result: Result) -> tuple[int, int]:
+        check = CHECK_IDS.index(result.check) if result.check in CHECK_IDS else len(CHECK_IDS)
+        return check, tenants.index(result.tenant) if result.tenant in tenants else len(tenants)
+
+    return sorted(results, key=key)
