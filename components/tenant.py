@@ -11,6 +11,7 @@ from gpu_tenancy import gpus
 from gpu_tenancy.config import Tenant as TenantConfig
 from gpu_tenancy.config import Versions
 from gpu_tenancy.config import Worker as WorkerConfig
+from gpu_tenancy.conventions import TENANT_LABEL
 
 from .docker_worker_machine import DockerWorkerMachine
 from .gpu_registration import GpuRegistration
@@ -19,7 +20,7 @@ from .ssh_worker_machine import SshWorkerMachine
 from .tenant_control_plane import TenantControlPlane
 from .tenant_network import TenantNetwork
 from .worker_join import JoinPermissions, WorkerJoin
-from .worker_machine import TENANT_LABEL, WorkerMachine
+from .worker_machine import WorkerMachine
 
 
 class Tenant(pulumi.ComponentResource):
@@ -65,7 +66,7 @@ class Tenant(pulumi.ComponentResource):
                 name,
                 machines[worker.name],
                 self.control_plane.endpoint,
-                self.control_plane.kubeconfig,
+                self.control_plane.ca_cert_hash,
                 provider,
                 permissions,
                 node_labels=labels,

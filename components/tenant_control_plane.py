@@ -10,13 +10,14 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_kubernetes import _utilities as k8s_utilities
 
+from gpu_tenancy import kubeadm, kubeconfig
 from gpu_tenancy.config import Tenant
+from gpu_tenancy.conventions import TENANT_LABEL
 
 from .tenant_datastore import DedicatedDataStore
 
 API_PORT = 6443
 KONNECTIVITY_PORT = 8132
-TENANT_LABEL = "gpu-tenancy.io/tenant"
 
 # Kamaji's TCP has no conditions; its own e2e waits on this field (clastix/kamaji:e2e/utils_test.go).
 # The kube-proxy and Konnectivity addons must exist too: the tenant's network patches kube-proxy and
@@ -121,6 +122,7 @@ class TenantControlPlane(pulumi.ComponentResource):
     """Namespace, data store and TCP in the management cluster; the tenant's kubeconfig and provider."""
 
     kubeconfig: pulumi.Output[str]
+    ca_cert_hash: pulumi.Output[str]  # kubeadm's discovery hash of the tenant CA
     endpoint: pulumi.Output[str]  # host:port the workers join
     namespace: str
     provider: k8s.Provider
@@ -173,6 +175,11 @@ class TenantControlPlane(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[tcp]),
         )
         self.kubeconfig = pulumi.Output.secret(admin.data.apply(lambda data: base64.b64decode(data["admin.conf"]).decode()))
+        # The hash is public (kubeadm prints it); it comes from the secret kubeconfig only because
+        # that is where the CA arrives.
+        self.ca_cert_hash = pulumi.Output.unsecret(
+            self.kubeconfig.apply(lambda config: kubeadm.discovery_token_ca_cert_hash(kubeconfig.ca_certificate(config)))
+        )
         # A pinned or planned VIP is known before the TCP exists; otherwise the LoadBalancer's
         # address is, once Kamaji reports it.
         self.endpoint = (

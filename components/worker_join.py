@@ -9,9 +9,9 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 import pulumiverse_time as time
 
-from gpu_tenancy import kubeadm, kubeconfig
+from gpu_tenancy import conventions, kubeadm
 
-from .worker_machine import TENANT_LABEL, WorkerMachine
+from .worker_machine import WorkerMachine
 
 # A token outlives its join only long enough to retry one; the kubelet has certificates after.
 TOKEN_TTL_HOURS = 24
@@ -80,7 +80,7 @@ class WorkerJoin(pulumi.ComponentResource):
         tenant: str,
         machine: WorkerMachine,
         endpoint: pulumi.Input[str],
-        tenant_kubeconfig: pulumi.Input[str],
+        ca_cert_hash: pulumi.Input[str],
         provider: k8s.Provider,
         permissions: JoinPermissions,
         node_labels: dict[str, str],
@@ -106,7 +106,7 @@ class WorkerJoin(pulumi.ComponentResource):
             metadata={
                 "name": token_id.result.apply(kubeadm.bootstrap_secret_name),
                 "namespace": "kube-system",
-                "labels": {TENANT_LABEL: tenant, "gpu-tenancy.io/worker": machine.hostname},
+                "labels": {conventions.TENANT_LABEL: tenant, conventions.WORKER_LABEL: machine.hostname},
             },
             type=kubeadm.BOOTSTRAP_SECRET_TYPE,
             string_data=pulumi.Output.secret(
@@ -118,22 +118,15 @@ class WorkerJoin(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self, provider=provider),
         )
-        # The CA hash is public (kubeadm prints it); it is derived from the secret kubeconfig only
-        # because that is where the CA arrives.
-        ca_hash = pulumi.Output.unsecret(
-            pulumi.Output.from_input(tenant_kubeconfig).apply(
-                lambda config: kubeadm.discovery_token_ca_cert_hash(kubeconfig.ca_certificate(config))
-            )
-        )
         self.join = machine.run(
             f"{name}-join",
             script=kubeadm.join_script(machine.hostname, machine.preflight_ignores, node_labels),
             environment={
-                "GPU_TENANCY_TENANT": tenant,
-                "JOIN_ENDPOINT": endpoint,
-                "JOIN_CA_CERT_HASH": ca_hash,
+                conventions.ENV_TENANT: tenant,
+                conventions.ENV_JOIN_ENDPOINT: endpoint,
+                conventions.ENV_JOIN_CA_CERT_HASH: ca_cert_hash,
             },
-            secrets={"JOIN_TOKEN": token},
+            secrets={conventions.ENV_JOIN_TOKEN: token},
             delete=leave_script(machine.hostname),
             triggers=[token, endpoint],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[token_secret_resource, permissions.binding]),

@@ -6,9 +6,12 @@ import base64
 
 import yaml
 
+# libyaml's parser when PyYAML has it: kubeconfigs are read once per tenant per run.
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 def _current_cluster(kubeconfig: str) -> dict:
-    document = yaml.safe_load(kubeconfig)
+    document = yaml.load(kubeconfig, Loader=_Loader)
     clusters = {entry["name"]: entry["cluster"] for entry in document.get("clusters", [])}
     contexts = {entry["name"]: entry["context"] for entry in document.get("contexts", [])}
     current = document.get("current-context")

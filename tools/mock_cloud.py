@@ -84,7 +84,7 @@ def kubeconfig(cluster: str, server: str, user: str = "kubernetes-admin") -> str
         "contexts": [{"name": f"{user}@{cluster}", "context": {"cluster": cluster, "user": user}}],
         "current-context": f"{user}@{cluster}",
     }
-    return yaml.safe_dump(document, sort_keys=False)
+    return yaml.dump(document, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False)
 
 
 def control_plane_endpoint(tenant: str, spec: dict[str, Any]) -> str:
