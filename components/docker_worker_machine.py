@@ -14,9 +14,10 @@ import pulumi_command as command
 import pulumi_docker as docker
 
 from gpu_tenancy import kubeadm
+from gpu_tenancy.conventions import ROLE_LABEL, TENANT_LABEL, WORKER_ROLE
 from gpu_tenancy.versions import NODE_IMAGE_REPOSITORY
 
-from .worker_machine import ROLE_LABEL, TENANT_LABEL, secret_prelude
+from .worker_machine import secret_prelude
 
 
 class DockerWorkerMachine(pulumi.ComponentResource):
@@ -71,7 +72,7 @@ class DockerWorkerMachine(pulumi.ComponentResource):
             max_retry_count=1,
             labels=[
                 docker.ContainerLabelArgs(label=TENANT_LABEL, value=tenant),
-                docker.ContainerLabelArgs(label=ROLE_LABEL, value="worker"),
+                docker.ContainerLabelArgs(label=ROLE_LABEL, value=WORKER_ROLE),
             ],
             # The anonymous /var volume holds containerd's images and kubelet's state; it goes with the container.
             remove_volumes=True,

@@ -15,7 +15,7 @@ import shlex
 
 import pulumi
 
-from gpu_tenancy import gpus
+from gpu_tenancy import conventions, gpus
 
 from .worker_machine import WorkerMachine
 
@@ -93,10 +93,10 @@ class GpuRegistration(pulumi.ComponentResource):
             f"{name}-gpu-registration",
             script=_REGISTER,
             environment={
-                "GPU_TENANCY_TENANT": tenant,
-                "GPU_TENANCY_NODE": machine.hostname,
-                "HAMI_NODE_REGISTER": gpus.register_annotation(cards),
-                "NVIDIA_GPU_CAPACITY": str(gpus.gpu_capacity(cards)),
+                conventions.ENV_TENANT: tenant,
+                conventions.ENV_NODE: machine.hostname,
+                conventions.ENV_REGISTER: gpus.register_annotation(cards),
+                conventions.ENV_GPU_CAPACITY: str(gpus.gpu_capacity(cards)),
             },
             secrets={},
             delete=unregister_script(machine.hostname),

@@ -11,9 +11,6 @@ from typing import Protocol
 
 import pulumi
 
-TENANT_LABEL = "gpu-tenancy.io/tenant"
-ROLE_LABEL = "gpu-tenancy.io/role"
-
 
 class WorkerMachine(Protocol):
     hostname: str

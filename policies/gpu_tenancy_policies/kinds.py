@@ -1,14 +1,15 @@
 """How the rules recognise things: resource type tokens, and the few name contracts with the program.
 
 Rules identify resources by type and by what their properties say, not by resource names. The
-environment keys and labels below are the explicit links the program writes for that purpose
-(components/worker_machine.py, worker_join.py, gpu_registration.py); tests/test_policies.py
-fails if the program and these drift apart.
+environment keys and labels are the explicit links the program writes for that purpose, defined
+once in gpu_tenancy/conventions.py.
 """
 
 from __future__ import annotations
 
 from typing import Final
+
+from gpu_tenancy import conventions
 
 TENANT_CONTROL_PLANE: Final = "kubernetes:kamaji.clastix.io/v1alpha1:TenantControlPlane"
 DATA_STORE: Final = "kubernetes:kamaji.clastix.io/v1alpha1:DataStore"
@@ -26,17 +27,15 @@ COMMAND_TYPES: Final = frozenset({LOCAL_COMMAND, REMOTE_COMMAND})
 CONTAINER: Final = "docker:index/container:Container"
 REMOTE_IMAGE: Final = "docker:index/remoteImage:RemoteImage"
 
-# Labels on worker containers, bootstrap token Secrets and TenantControlPlanes.
-TENANT_LABEL: Final = "gpu-tenancy.io/tenant"
-ROLE_LABEL: Final = "gpu-tenancy.io/role"
-WORKER_ROLE: Final = "worker"
-
-# Environment of the commands that run on a worker machine (docker exec or SSH).
-ENV_TENANT: Final = "GPU_TENANCY_TENANT"
-ENV_JOIN_ENDPOINT: Final = "JOIN_ENDPOINT"
-ENV_NODE: Final = "GPU_TENANCY_NODE"
-ENV_REGISTER: Final = "HAMI_NODE_REGISTER"
-ENV_GPU_CAPACITY: Final = "NVIDIA_GPU_CAPACITY"
+# Labels and environment keys the program writes for the rules to read (one definition, shared).
+TENANT_LABEL: Final = conventions.TENANT_LABEL
+ROLE_LABEL: Final = conventions.ROLE_LABEL
+WORKER_ROLE: Final = conventions.WORKER_ROLE
+ENV_TENANT: Final = conventions.ENV_TENANT
+ENV_JOIN_ENDPOINT: Final = conventions.ENV_JOIN_ENDPOINT
+ENV_NODE: Final = conventions.ENV_NODE
+ENV_REGISTER: Final = conventions.ENV_REGISTER
+ENV_GPU_CAPACITY: Final = conventions.ENV_GPU_CAPACITY
 
 # Kamaji's defaults: the API server port, the Konnectivity server port, and the DataStore the
 # chart creates and assigns to every TCP that names none (charts/kamaji values.yaml
