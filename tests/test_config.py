@@ -251,3 +251,8 @@ def test_several_problems_are_reported_together() -> None:
     raw["tenants"][0]["serviceCidr"] = "10.244.0.0/24"
     paths = {path for path, _ in problems(raw)}
     assert {"tenants[1].vip", "tenants[0].serviceCidr"} <= paths
+
+
+@pytest.mark.parametrize("image", ["localhost:5000/kindest/node:v1.36.4", "registry.example.com/kindest/node@sha256:" + "a" * 64])
+def test_management_node_image_from_a_registry_with_a_port_or_digest(image: str) -> None:
+    assert StackConfig.load({"management": {"nodeImage": image}}).management.node_image == image

@@ -16,6 +16,7 @@ import base64
 import concurrent.futures
 import contextlib
 import contextvars
+import copy
 import gc
 import json
 import runpy
@@ -31,7 +32,7 @@ from pulumi.output import Unknown
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import resource as pulumi_resource_runtime
 from pulumi.runtime import rpc
-from pulumi.runtime.proto import source_pb2
+from pulumi.runtime.proto import resource_pb2, source_pb2
 from pulumi.runtime.settings import SETTINGS, get_root_resource
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
@@ -59,7 +60,8 @@ class Render:
     _by_urn: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {"stack": self.stack, "resources": self.resources, "outputs": self.outputs}
+        """A deep copy: callers may change it without touching this render."""
+        return copy.deepcopy({"stack": self.stack, "resources": self.resources, "outputs": self.outputs})
 
     def find(self, type_: str | None = None, name: str | None = None) -> list[dict[str, Any]]:
         return [r for r in self.resources if (type_ is None or r["type"] == type_) and (name is None or r["name"] == name)]
@@ -223,15 +225,51 @@ class _Monitor(pulumi_mocks.MockMonitor):
         self.records.append(record)
 
     def RegisterResource(self, request: Any) -> Any:
-        response = super().RegisterResource(request)
-        if request.type != "pulumi:pulumi:Stack":
-            self._record(request, response.urn)
-        return response
+        urn = self.make_urn(request.parent, request.type, request.name)
+        if request.type == "pulumi:pulumi:Stack":
+            return resource_pb2.RegisterResourceResponse(urn=urn)
+        args = pulumi_mocks.MockResourceArgs(
+            typ=request.type,
+            name=request.name,
+            inputs=rpc.deserialize_properties(request.object),
+            provider=request.provider,
+            resource_id=request.importId,
+            custom=request.custom or False,
+        )
+        resource_id, state = self.mocks.new_resource(args)
+        self.resources[urn] = pulumi_mocks.MockMonitor.ResourceRegistration(urn, resource_id, state)
+        self._record(request, urn)
+        return resource_pb2.RegisterResourceResponse(urn=urn, id=resource_id, object=_serialize(state))
 
     def ReadResource(self, request: Any) -> Any:
-        response = super().ReadResource(request)
-        self._record(request, response.urn, read_id=request.id)
-        return response
+        urn = self.make_urn(request.parent, request.type, request.name)
+        args = pulumi_mocks.MockResourceArgs(
+            typ=request.type,
+            name=request.name,
+            inputs=rpc.deserialize_properties(request.properties),
+            provider=request.provider,
+            resource_id=request.id,
+        )
+        resource_id, state = self.mocks.new_resource(args)
+        self.resources[urn] = pulumi_mocks.MockMonitor.ResourceRegistration(urn, resource_id, state)
+        self._record(request, urn, read_id=request.id)
+        return resource_pb2.ReadResourceResponse(urn=urn, properties=_serialize(state))
+
+
+def _serialize(state: dict[str, Any]) -> struct_pb2.Struct:
+    """The SDK's serializer, run to completion without the event loop.
+
+    A mock's state holds plain values, so the coroutine never suspends. The SDK's own mock monitor
+    pumps the event loop re-entrantly here instead; with monitor calls run inline that recursion
+    grows with the number of registrations in flight and overflows the stack beyond ~20 tenants.
+    """
+    coroutine = rpc.serialize_properties(state, {})
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    coroutine.close()
+    raise RuntimeError("serializing a mock resource's state suspended; it must hold plain values only")
 
 
 def load_stack_file(path: Path) -> tuple[dict[str, str], list[str]]:
