@@ -1,0 +1,110 @@
+"""Guarantees about growth, on the dependency graph rather than on timings."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from tests.conftest import render_config
+from tools import bench, harness, render_graph
+
+
+def render_tenants(tenants: int) -> harness.Render:
+    return render_config(bench.scale_config(tenants))
+
+
+@pytest.fixture(scope="module")
+def small() -> harness.Render:
+    return render_tenants(2)
+
+
+@pytest.fixture(scope="module")
+def large() -> harness.Render:
+    return render_tenants(12)
+
+
+def test_the_critical_path_does_not_grow_with_tenants(small: harness.Render, large: harness.Render) -> None:
+    short, long = render_graph.analyse(small.resources), render_graph.analyse(large.resources)
+    assert len(short.critical_path) == len(long.critical_path)
+    assert long.critical_path[0] == "gpu-tenancy-management-kind-cluster"
+    assert len(long.critical_path) <= 10
+    # Width is what grows: tenants are built side by side.
+    assert long.width > short.width * 5
+
+
+def test_no_dependency_edge_joins_two_tenants(large: harness.Render, dev: harness.Render) -> None:
+    for render in (large, dev):
+        stats = render_graph.analyse(render.resources)
+        assert stats.cross_tenant_edges == []
+    owners = render_graph.tenant_of(large.resources)
+    assert {owner for owner in owners.values() if owner} == {f"tenant-{i:03d}" for i in range(12)}
+
+
+def test_the_cross_tenant_check_finds_an_injected_edge(large: harness.Render) -> None:
+    resources = copy.deepcopy(large.resources)
+    join = next(r for r in resources if r["name"] == "tenant-001-worker-0-join")
+    join["dependencies"].append(next(r["urn"] for r in resources if r["name"] == "tenant-002-hami"))
+    assert len(render_graph.analyse(resources).cross_tenant_edges) == 1
+
+
+def inputs_by_urn(render: harness.Render) -> dict[str, Any]:
+    return {r["urn"]: json.dumps(r["inputs"], sort_keys=True) for r in render.resources}
+
+
+def test_adding_a_tenant_changes_no_other_resources_inputs(small: harness.Render) -> None:
+    config = bench.scale_config(2)
+    config["tenants"].append({"name": "tenant-new", "workers": [{"name": "tenant-new-worker-0", "gpus": [{"model": "T4"}]}]})
+    grown = inputs_by_urn(render_config(config))
+    before = inputs_by_urn(small)
+    assert set(before) < set(grown)
+    changed = [urn for urn, inputs in before.items() if grown[urn] != inputs]
+    assert changed == []
+
+
+def test_removing_a_tenant_changes_no_other_resources_inputs(small: harness.Render) -> None:
+    config = bench.scale_config(2)
+    del config["tenants"][0]
+    shrunk = inputs_by_urn(render_config(config))
+    before = inputs_by_urn(small)
+    assert [urn for urn, inputs in shrunk.items() if before[urn] != inputs] == []
+
+
+def test_two_renders_of_one_config_produce_identical_inputs(large: harness.Render) -> None:
+    assert inputs_by_urn(render_tenants(12)) == inputs_by_urn(large)
+
+
+def test_bench_reports_the_graph_of_each_size(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    calls: list[int] = []
+
+    def measure(tenants: int) -> dict[str, Any]:
+        calls.append(tenants)
+        return {
+            "tenants": tenants,
+            "resources": 40 * tenants,
+            "steps": 30 * tenants,
+            "startupSeconds": 1.0,
+            "renderSeconds": 0.1 * tenants,
+            "peakMemoryMiB": 100.0,
+            "criticalPath": 9,
+            "criticalPathSteps": ["a", "b"],
+            "width": 7 * tenants,
+            "crossTenantEdges": 0,
+        }
+
+    monkeypatch.setattr(bench, "measure", measure)
+    assert bench.main(["--tenants", "10,2", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert calls == [2, 10]
+    assert rows[1]["marginalMsPerTenant"] == 100.0
+    assert "marginalMsPerTenant" not in rows[0]
+
+
+def test_bench_measures_a_real_render_in_a_fresh_process() -> None:
+    row = bench.measure(1)
+    assert row["tenants"] == 1 and row["resources"] > 30
+    assert row["crossTenantEdges"] == 0
+    assert row["criticalPath"] == len(row["criticalPathSteps"]) >= 5
+    assert row["renderSeconds"] > 0 and row["peakMemoryMiB"] > 50

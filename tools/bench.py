@@ -1,0 +1,149 @@
+"""How render and deploy cost grow with the number of tenants.
+
+    python -m tools.bench [--tenants 2,10,50,100] [--json]
+
+For each N it renders a generated stack of N tenants (two docker workers each, two L4 each) in a
+fresh process, as ``tools.render`` runs (collector off), and reports the render's wall time (after
+a one-tenant warm-up that pays the interpreter's and SDKs' import time, reported as startup), the
+process's peak memory, the resource count, the dependency graph's critical path (resources on its
+longest chain: the lower bound of ``pulumi up``'s wall time at unlimited parallelism, counted in
+steps) and width, and the dependency edges between different tenants' resources (there must be
+none). The marginal cost is the render time added per tenant between consecutive sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+# Inside kind's usual 172.18.0.0/16 and large enough for hundreds of tenant VIPs.
+SCALE_POOL = "172.18.128.0/17"
+
+
+def scale_config(tenants: int) -> dict[str, Any]:
+    """``gpu-tenancy`` keys of a stack with ``tenants`` tenants, two workers with two L4 each."""
+    return {
+        "network": {"pool": SCALE_POOL},
+        "tenants": [
+            {
+                "name": f"tenant-{i:03d}",
+                "workers": [{"name": f"tenant-{i:03d}-worker-{j}", "gpus": [{"model": "L4", "count": 2}]} for j in range(2)],
+            }
+            for i in range(tenants)
+        ],
+    }
+
+
+def _as_config(tenants: int) -> dict[str, str]:
+    return {f"gpu-tenancy:{key}": json.dumps(value) for key, value in scale_config(tenants).items()}
+
+
+def _measure(tenants: int) -> dict[str, Any]:
+    """One size, in this process: meant to run in a fresh interpreter (``--one``)."""
+    import gc  # noqa: PLC0415 - the collector goes off before the SDKs are imported, as in tools.render
+    import resource  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    gc.disable()
+    started = time.perf_counter()
+    from tools import harness, render_graph  # noqa: PLC0415
+
+    # One tenant first: the program's first run also imports the SDK modules it uses lazily.
+    harness.render(_as_config(1), stack="bench")
+    warm = time.perf_counter()
+    render = harness.render(_as_config(tenants), stack="bench")
+    rendered = time.perf_counter()
+    stats = render_graph.analyse(render.resources)
+    return {
+        "tenants": tenants,
+        "resources": stats.resources,
+        "steps": stats.steps,
+        "startupSeconds": round(warm - started, 3),
+        "renderSeconds": round(rendered - warm, 3),
+        "peakMemoryMiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "criticalPath": len(stats.critical_path),
+        "criticalPathSteps": stats.critical_path,
+        "width": stats.width,
+        "crossTenantEdges": len(stats.cross_tenant_edges),
+    }
+
+
+def measure(tenants: int) -> dict[str, Any]:
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.bench", "--one", str(tenants)],
+        cwd=PROJECT_DIR,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"rendering {tenants} tenants failed:\n{result.stderr.strip()}")
+    return json.loads(result.stdout)
+
+
+def with_marginal_cost(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for before, after in itertools.pairwise(rows):
+        added = after["tenants"] - before["tenants"]
+        after["marginalMsPerTenant"] = round((after["renderSeconds"] - before["renderSeconds"]) / added * 1000, 1)
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    header = (
+        "TENANTS",
+        "RESOURCES",
+        "RENDER(s)",
+        "MARGINAL(ms/tenant)",
+        "PEAK(MiB)",
+        "CRITICAL PATH",
+        "WIDTH",
+        "CROSS-TENANT EDGES",
+    )
+    lines = [header] + [
+        (
+            str(row["tenants"]),
+            str(row["resources"]),
+            f"{row['renderSeconds']:.2f}",
+            str(row.get("marginalMsPerTenant", "-")),
+            f"{row['peakMemoryMiB']:.0f}",
+            str(row["criticalPath"]),
+            str(row["width"]),
+            str(row["crossTenantEdges"]),
+        )
+        for row in rows
+    ]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    rendered = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip() for line in lines]
+    critical = rows[-1]["criticalPathSteps"] if rows else []
+    return "\n".join([*rendered, "", f"critical path at {rows[-1]['tenants']} tenants: " + " -> ".join(critical)]) if rows else ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tenants", default="2,10,50,100", help="comma-separated stack sizes (default 2,10,50,100)")
+    parser.add_argument("--json", action="store_true", help="print the measurements as JSON")
+    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one is not None:
+        print(json.dumps(_measure(args.one)))
+        return 0
+    try:
+        sizes = sorted({int(size) for size in args.tenants.split(",")})
+    except ValueError:
+        parser.error(f"--tenants takes comma-separated integers, not {args.tenants!r}")
+    if not sizes or sizes[0] < 1:
+        parser.error("--tenants needs sizes of at least 1")
+    rows = with_marginal_cost([measure(size) for size in sizes])
+    print(json.dumps(rows, indent=2) if args.json else table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
