@@ -40,7 +40,7 @@ preview: venv tools ## Preview the stack, with the policy pack.
 	$(PULUMI) preview --stack $(STACK) --policy-pack policies
 
 destroy: venv tools ## Destroy the stack: tenants, workers and the kind cluster.
-	$(PULUMI) destroy --stack $(STACK) $(UP_FLAGS)
+	scripts/pulumi-env.sh --existing $(STACK) pulumi destroy --stack $(STACK) $(UP_FLAGS)
 
 test: venv ## Lint and run the offline test suite.
 	$(VENV)/bin/ruff check .
@@ -56,7 +56,7 @@ policy: venv ## Check the stack against the policy pack, offline.
 	$(VENV)/bin/python -m tools.policycheck --stack $(STACK)
 
 validate: venv tools ## Validate the deployed stack against the live clusters.
-	scripts/pulumi-env.sh $(STACK) $(VENV)/bin/python -m tools.validate --stack $(STACK) $(VALIDATE_FLAGS)
+	scripts/pulumi-env.sh --existing $(STACK) $(VENV)/bin/python -m tools.validate --stack $(STACK) $(VALIDATE_FLAGS)
 
 clean: ## Remove the virtualenv and fetched tools (not the stack state).
 	rm -rf $(VENV) $(TOOLS)

@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # Run a Pulumi CLI command with a backend and secrets provider the user did not have to choose.
-#   scripts/pulumi-env.sh STACK pulumi up ...
+#   scripts/pulumi-env.sh [--existing] STACK pulumi up ...
+# --existing: the stack must exist already (read-only use such as validation); otherwise it is
+# created on first use.
 # A user who set PULUMI_BACKEND_URL or is logged in keeps that backend; otherwise state goes to
 # .pulumi-state/ next to the project. A user who set PULUMI_CONFIG_PASSPHRASE(_FILE) keeps it;
 # otherwise a random passphrase is generated once into .pulumi-passphrase (mode 600).
 set -euo pipefail
 
+existing=false
+if [ "${1:-}" = --existing ]; then
+  existing=true
+  shift
+fi
 stack="${1:?stack}"
 shift
 project_dir="$(cd "$(dirname "$0")/.." && pwd)"
@@ -28,5 +35,11 @@ if [ -z "${PULUMI_CONFIG_PASSPHRASE:-}" ] && [ -z "${PULUMI_CONFIG_PASSPHRASE_FI
 fi
 export PULUMI_SKIP_UPDATE_CHECK=true
 
-pulumi stack select "$stack" >/dev/null 2>&1 || pulumi stack init "$stack" "${secrets_provider[@]}"
+if ! pulumi stack select "$stack" >/dev/null 2>&1; then
+  if [ "$existing" = true ]; then
+    echo "no stack '$stack' in this backend (${PULUMI_BACKEND_URL:-pulumi cloud}): run \`make up\` first" >&2
+    exit 2
+  fi
+  pulumi stack init "$stack" "${secrets_provider[@]}"
+fi
 exec "$@"

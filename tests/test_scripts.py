@@ -1,0 +1,205 @@
+"""The host scripts behind `make up`: tool fetching with checksums, and the Pulumi backend choice.
+
+They run for real here against stand-ins for `curl` and `pulumi` placed first on PATH.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PROJECT_DIR
+
+BASH = shutil.which("bash") or "/bin/bash"
+FETCH = PROJECT_DIR / "scripts" / "fetch-tools.sh"
+PULUMI_ENV = PROJECT_DIR / "scripts" / "pulumi-env.sh"
+
+
+def executable(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+
+@pytest.fixture
+def release_server(tmp_path: Path) -> Path:
+    """Files a fake curl serves by URL basename, as GitHub releases would."""
+    served = tmp_path / "served"
+    served.mkdir()
+    return served
+
+
+def fake_path(tmp_path: Path, served: Path) -> str:
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir(exist_ok=True)
+    executable(
+        bin_dir / "curl",
+        f"""#!/bin/sh
+out=""; url=""
+while [ $# -gt 0 ]; do case "$1" in --output) out="$2"; shift 2;; -*) shift;; *) url="$1"; shift;; esac; done
+echo "$url" >> {served}/requests
+cp "{served}/$(basename "$url")" "$out"
+""",
+    )
+    # Only the tools the script needs; no kind or pulumi, so it must fetch them.
+    for tool in (
+        "uname",
+        "tr",
+        "cut",
+        "awk",
+        "sha256sum",
+        "tar",
+        "mkdir",
+        "chmod",
+        "mv",
+        "rm",
+        "ln",
+        "cp",
+        "basename",
+        "cat",
+        "gzip",
+    ):
+        found = subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True, text=True, check=False).stdout.strip()
+        if found and not (bin_dir / tool).exists():
+            (bin_dir / tool).symlink_to(found)
+    return str(bin_dir)
+
+
+def run_fetch(tmp_path: Path, served: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [BASH, str(FETCH), str(tmp_path / "tools"), "v0.33.0", "v3.272.0"],
+        env={"PATH": fake_path(tmp_path, served), "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def publish(served: Path, arch: str = "amd64", corrupt: str | None = None) -> None:
+    kind = f"kind-linux-{arch}"
+    (served / kind).write_bytes(b"#!/bin/sh\necho kind v0.33.0\n")
+    digest = hashlib.sha256((served / kind).read_bytes()).hexdigest()
+    (served / f"{kind}.sha256sum").write_text(f"{'0' * 64 if corrupt == 'kind' else digest}  {kind}\n")
+    pulumi_arch = {"amd64": "x64", "arm64": "arm64"}[arch]
+    tree = served / "tree" / "pulumi"
+    tree.mkdir(parents=True)
+    for binary in ("pulumi", "pulumi-language-python"):
+        executable(tree / binary, "#!/bin/sh\necho pulumi v3.272.0\n")
+    asset = f"pulumi-v3.272.0-linux-{pulumi_arch}.tar.gz"
+    with tarfile.open(served / asset, "w:gz") as archive:
+        archive.add(tree, arcname="pulumi")
+    digest = hashlib.sha256((served / asset).read_bytes()).hexdigest()
+    (served / "pulumi-3.272.0-checksums.txt").write_text(f"{'f' * 64 if corrupt == 'pulumi' else digest}  {asset}\nabc  other\n")
+
+
+def host_arch() -> str:
+    machine = os.uname().machine
+    return {"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(machine, "amd64")
+
+
+def test_fetch_tools_verifies_and_installs_kind_and_pulumi(tmp_path: Path, release_server: Path) -> None:
+    publish(release_server, host_arch())
+    result = run_fetch(tmp_path, release_server)
+    assert result.returncode == 0, result.stderr
+    bin_dir = tmp_path / "tools" / "bin"
+    assert subprocess.run([str(bin_dir / "kind")], capture_output=True, text=True, check=True).stdout == "kind v0.33.0\n"
+    assert subprocess.run([str(bin_dir / "pulumi")], capture_output=True, text=True, check=True).stdout == "pulumi v3.272.0\n"
+    assert (bin_dir / "pulumi-language-python").exists()
+    requests = (release_server / "requests").read_text().splitlines()
+    assert f"https://github.com/kubernetes-sigs/kind/releases/download/v0.33.0/kind-linux-{host_arch()}" in requests
+    assert "https://github.com/pulumi/pulumi/releases/download/v3.272.0/pulumi-3.272.0-checksums.txt" in requests
+    # A second run finds them and fetches nothing.
+    (release_server / "requests").unlink()
+    assert run_fetch(tmp_path, release_server).returncode == 0
+    assert not (release_server / "requests").exists()
+
+
+@pytest.mark.parametrize("tool", ["kind", "pulumi"])
+def test_fetch_tools_refuses_a_checksum_mismatch(tmp_path: Path, release_server: Path, tool: str) -> None:
+    publish(release_server, host_arch(), corrupt=tool)
+    result = run_fetch(tmp_path, release_server)
+    assert result.returncode == 1
+    assert "checksum mismatch" in result.stderr
+    assert not (tmp_path / "tools" / "bin" / tool).exists()
+
+
+def fake_pulumi(tmp_path: Path, *, logged_in: bool, stacks: list[str]) -> Path:
+    bin_dir = tmp_path / "pulumibin"
+    bin_dir.mkdir()
+    log = tmp_path / "pulumi.log"
+    executable(
+        bin_dir / "pulumi",
+        f"""#!/bin/sh
+echo "$* backend=${{PULUMI_BACKEND_URL:-}} passfile=${{PULUMI_CONFIG_PASSPHRASE_FILE:-}}" >> {log}
+case "$1 $2" in
+  "whoami "*) exit {0 if logged_in else 1} ;;
+  "stack select") for s in {" ".join(stacks) or "none"}; do [ "$s" = "$3" ] && exit 0; done; exit 255 ;;
+esac
+exit 0
+""",
+    )
+    return bin_dir
+
+
+def run_env(tmp_path: Path, bin_dir: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    project = tmp_path / "project"
+    (project / "scripts").mkdir(parents=True, exist_ok=True)
+    script = project / "scripts" / "pulumi-env.sh"
+    script.write_text(PULUMI_ENV.read_text())
+    return subprocess.run(
+        [BASH, str(script), *args],
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_a_new_user_gets_a_local_backend_and_a_generated_passphrase(tmp_path: Path) -> None:
+    bin_dir = fake_pulumi(tmp_path, logged_in=False, stacks=[])
+    result = run_env(tmp_path, bin_dir, "dev", "pulumi", "up", "--stack", "dev")
+    assert result.returncode == 0, result.stderr
+    project = tmp_path / "project"
+    log = (tmp_path / "pulumi.log").read_text().splitlines()
+    backend = f"backend=file://{project}/.pulumi-state"
+    assert any(line.startswith("stack init dev --secrets-provider passphrase ") and backend in line for line in log)
+    assert log[-1].startswith("up --stack dev") and f"passfile={project}/.pulumi-passphrase" in log[-1]
+    passphrase = project / ".pulumi-passphrase"
+    assert len(passphrase.read_text()) == 64
+    assert stat.S_IMODE(passphrase.stat().st_mode) == 0o600
+    # The passphrase is generated once.
+    before = passphrase.read_text()
+    run_env(tmp_path, bin_dir, "dev", "pulumi", "preview")
+    assert passphrase.read_text() == before
+
+
+def test_a_logged_in_user_keeps_their_backend_and_secrets(tmp_path: Path) -> None:
+    bin_dir = fake_pulumi(tmp_path, logged_in=True, stacks=["dev"])
+    result = run_env(tmp_path, bin_dir, "dev", "pulumi", "up")
+    assert result.returncode == 0, result.stderr
+    log = (tmp_path / "pulumi.log").read_text()
+    assert "backend= " in log and "passfile=" in log.splitlines()[-1] and ".pulumi-passphrase" not in log
+    assert "stack init" not in log
+    assert not (tmp_path / "project" / ".pulumi-state").exists()
+
+
+def test_a_chosen_passphrase_is_kept(tmp_path: Path) -> None:
+    bin_dir = fake_pulumi(tmp_path, logged_in=False, stacks=["dev"])
+    run_env(tmp_path, bin_dir, "dev", "pulumi", "up", PULUMI_CONFIG_PASSPHRASE="mine")
+    assert not (tmp_path / "project" / ".pulumi-passphrase").exists()
+
+
+def test_existing_refuses_to_create_a_stack(tmp_path: Path) -> None:
+    bin_dir = fake_pulumi(tmp_path, logged_in=False, stacks=[])
+    result = run_env(tmp_path, bin_dir, "--existing", "dev", "pulumi", "destroy")
+    assert result.returncode == 2
+    assert "no stack 'dev'" in result.stderr and "make up" in result.stderr
+    assert "stack init" not in (tmp_path / "pulumi.log").read_text()
