@@ -1577,7 +1577,10 @@ def test_make_validate_runs_the_suite_through_the_pulumi_environment_script():
         if not line.startswith("\t"):
             break
         recipe.append(line.strip())
-    assert recipe == ["scripts/pulumi-env.sh $(STACK) $(VENV)/bin/python -m tools.validate --stack $(STACK) $(VALIDATE_FLAGS)"]
+    # --existing: validating never creates an empty stack.
+    assert recipe == [
+        "scripts/pulumi-env.sh --existing $(STACK) $(VENV)/bin/python -m tools.validate --stack $(STACK) $(VALIDATE_FLAGS)"
+    ]
 
 
 def test_the_e2e_workflow_deploys_validates_uploads_and_always_destroys():
