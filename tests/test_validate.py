@@ -992,13 +992,23 @@ def nvidia_world(registered: list[dict[str, Any]]) -> World:
     return w
 
 
-def test_real_gpus_are_modelled_from_what_the_device_plugin_registered():
+def test_real_gpus_are_expected_to_hold_what_was_declared():
     w = nvidia_world([REAL_H100])
     results = runner.run_checks(w.run(["gpu-registration", "fractional-fit", "fractional-next"]))
     assert rows(results, "gpu-registration")["prod"].status == report.PASS
     fit = rows(results, "fractional-fit")["prod"]
     assert fit.status == report.PASS and "3 × 20000 MiB/30 % landed: gpu-host-1#0 (NVIDIA H100 80GB HBM3) ×3" in fit.detail
     assert "CardInsufficientCore" in rows(results, "fractional-next")["prod"].detail
+
+
+def test_real_cards_that_differ_from_the_declaration_fail_the_next_pod_check():
+    # Declared an H100: the model refuses a fourth 20000 MiB / 30 % pod (120 % of its cores).
+    # The real card reports twice the memory and cores, so HAMi places it: the declaration is wrong.
+    bigger = {**REAL_H100, "devmem": 163118, "devcore": 200}
+    results = runner.run_checks(nvidia_world([bigger]).run(["fractional-fit", "fractional-next"]))
+    assert rows(results, "fractional-fit")["prod"].status == report.PASS
+    next_pod = rows(results, "fractional-next")["prod"]
+    assert next_pod.status == report.FAIL and "CardInsufficientCore" in next_pod.detail
 
 
 def test_real_gpus_fail_registration_when_fewer_healthy_cards_are_registered_than_declared():

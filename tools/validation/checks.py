@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpu_tenancy import gpus, placement
@@ -558,15 +558,20 @@ class Model:
 def _model_for(kube: Kube, declared: Tenant) -> Model:
     """The model of the tenant as it is now: its cards, the GPU pods already holding them, its quota.
 
-    mock: the declared cards, which the project registers itself. nvidia: the cards HAMi's real
-    device plugin registered (real UUIDs and memory), which gpu-registration compares with the
-    declaration.
+    The declared cards drive the expectations in both GPU modes. mock: the project registers them
+    itself. nvidia: HAMi's real device plugin names the cards by their real UUIDs, so each
+    declared card takes the UUID registered at its index on its node (gpu-registration compares
+    the rest with the declaration); a real card with more memory than declared still gets the
+    declared expectation, and the check shows the difference.
     """
     usage = expect.live_usage(kube.list_pods())
     if declared.gpu_mode != "nvidia":
         return Model(lambda: expect.model_cluster(declared, usage, with_quota=True), usage, expect.card_labels(declared))
     live = {node.name: node for node in kube.list_nodes()}
-    nodes = [registered_node(live.get(worker.name), worker.name) for worker in declared.workers if worker.gpus]
+    nodes = []
+    for node in placement.nodes_for_tenant(declared):
+        real_ids = {device.index: device.id for device in registered_node(live.get(node.name), node.name).devices}
+        nodes.append(replace(node, devices=[replace(d, id=real_ids.get(d.index, d.id)) for d in node.devices]))
     labels = {d.id: f"{node.name}#{d.index} ({d.type})" for node in nodes for d in node.devices}
     return Model(lambda: expect.model_cluster(declared, usage, with_quota=True, nodes=nodes), usage, labels)
 
