@@ -239,6 +239,11 @@ class Tenant(_Model):
     def cards(self) -> list[gpus.Card]:
         return [card for worker in self.workers for card in worker.cards]
 
+    @property
+    def cidrs(self) -> tuple[tuple[str, ipaddress.IPv4Network], ...]:
+        """The tenant's networks by config key, for the checks that apply to both."""
+        return (("podCidr", self.pod_cidr), ("serviceCidr", self.service_cidr))
+
 
 class StackConfig(_Model):
     """The whole ``gpu-tenancy:*`` namespace of one stack."""
@@ -351,15 +356,12 @@ class StackConfig(_Model):
         pool = self.network.address_pool
         vips = self.known_vips()
         for i, tenant in enumerate(self.tenants):
-            ranges = (("podCidr", tenant.pod_cidr), ("serviceCidr", tenant.service_cidr))
             if tenant.pod_cidr.overlaps(tenant.service_cidr):
                 yield f"tenants[{i}].serviceCidr", f"{tenant.service_cidr} overlaps podCidr {tenant.pod_cidr}"
-            for key, cidr in ranges:
+            for key, cidr in tenant.cidrs:
                 if pool is not None and pool.overlaps(cidr):
                     yield f"tenants[{i}].{key}", f"{cidr} overlaps the MetalLB pool {pool} on the node network"
-                for owner, vip in vips.items():
-                    if vip in cidr:
-                        yield f"tenants[{i}].{key}", f"{cidr} contains {owner}'s VIP {vip}"
+        yield from _cidrs_holding_vips(self.tenants, vips)
 
     def _quotas(self) -> Iterable[tuple[str, str]]:
         for i, tenant in enumerate(self.tenants):
@@ -434,7 +436,7 @@ def address_plan(config: StackConfig, node_subnets: str | None = None) -> Addres
         problems.append(("network.pool", f"{pool} is not inside the kind network {subnet}, where MetalLB answers ARP"))
     if subnet is not None:
         for i, tenant in enumerate(config.tenants):
-            for key, cidr in (("podCidr", tenant.pod_cidr), ("serviceCidr", tenant.service_cidr)):
+            for key, cidr in tenant.cidrs:
                 if cidr.overlaps(subnet):
                     problems.append((f"tenants[{i}].{key}", f"{cidr} overlaps the node network {subnet}"))
     if problems:
@@ -443,14 +445,21 @@ def address_plan(config: StackConfig, node_subnets: str | None = None) -> Addres
         vips = addressing.assign_vips(pool, [(t.name, t.vip) for t in config.tenants])
     except ValueError as error:
         raise ConfigError([("network.pool", str(error))]) from None
-    for i, tenant in enumerate(config.tenants):
-        for key, cidr in (("podCidr", tenant.pod_cidr), ("serviceCidr", tenant.service_cidr)):
-            problems.extend(
-                (f"tenants[{i}].{key}", f"{cidr} contains {owner}'s VIP {vip}") for owner, vip in vips.items() if vip in cidr
-            )
+    problems.extend(_cidrs_holding_vips(config.tenants, vips))
     if problems:
         raise ConfigError(problems)
     return AddressPlan(pool, vips, subnet)
+
+
+def _cidrs_holding_vips(tenants: list[Tenant], vips: dict[str, ipaddress.IPv4Address]) -> list[tuple[str, str]]:
+    """A tenant network containing any tenant's API address would shadow that API server."""
+    return [
+        (f"tenants[{i}].{key}", f"{cidr} contains {owner}'s VIP {vip}")
+        for i, tenant in enumerate(tenants)
+        for key, cidr in tenant.cidrs
+        for owner, vip in vips.items()
+        if vip in cidr
+    ]
 
 
 def _pydantic_problems(error: ValidationError) -> list[tuple[str, str]]:
