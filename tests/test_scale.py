@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import platform
 from typing import Any
 
 import pytest
@@ -83,11 +84,13 @@ def test_bench_reports_the_graph_of_each_size(monkeypatch: pytest.MonkeyPatch, c
     def measure(tenants: int) -> dict[str, Any]:
         calls.append(tenants)
         return {
+            "python": "CPython 3.11.7 (/usr/bin/python3)",
             "tenants": tenants,
             "resources": 40 * tenants,
             "steps": 30 * tenants,
             "startupSeconds": 1.0,
             "renderSeconds": 0.1 * tenants,
+            "floorSeconds": 0.04 * tenants,
             "peakMemoryMiB": 100.0,
             "criticalPath": 9,
             "criticalPathSteps": ["a", "b"],
@@ -100,7 +103,14 @@ def test_bench_reports_the_graph_of_each_size(monkeypatch: pytest.MonkeyPatch, c
     rows = json.loads(capsys.readouterr().out)
     assert calls == [2, 10]
     assert rows[1]["marginalMsPerTenant"] == 100.0
+    assert rows[1]["floorMsPerTenant"] == 40.0
     assert "marginalMsPerTenant" not in rows[0]
+
+    assert bench.main(["--tenants", "2,10"]) == 0
+    table = capsys.readouterr().out
+    assert "SDK FLOOR(ms/tenant)" in table.splitlines()[0]
+    assert table.splitlines()[2].split()[3:5] == ["100.0", "40.0"]
+    assert "interpreter: CPython 3.11.7 (/usr/bin/python3)" in table
 
 
 def test_bench_measures_a_real_render_in_a_fresh_process() -> None:
@@ -109,3 +119,13 @@ def test_bench_measures_a_real_render_in_a_fresh_process() -> None:
     assert row["crossTenantEdges"] == 0
     assert row["criticalPath"] == len(row["criticalPathSteps"]) >= 5
     assert row["renderSeconds"] > 0 and row["peakMemoryMiB"] > 50
+    assert 0 < row["floorSeconds"] < row["renderSeconds"]
+    assert row["python"].startswith(platform.python_implementation())
+
+
+def test_the_floor_program_registers_bare_resources_in_place_of_the_project() -> None:
+    render = harness.render({}, stack="bench", program=bench.bare_program(3))
+    assert [(r["type"], r["name"], r["inputs"]) for r in render.resources] == [
+        ("gpu-tenancy:bench:Bare", f"bare-{i}", {"name": f"bare-{i}"}) for i in range(3)
+    ]
+    assert render.outputs == {}

@@ -289,10 +289,21 @@ def render(
     secret_keys: list[str] | None = None,
     preview: bool = False,
     show_secrets: bool = False,
+    program: Callable[[], None] | None = None,
 ) -> Render:
-    """Run the program once against ``config`` (``"gpu-tenancy:key" -> value`` strings)."""
+    """Run the program once against ``config`` (``"gpu-tenancy:key" -> value`` strings).
+
+    ``program`` replaces the project's ``__main__.py``; ``tools.bench`` uses it to measure the
+    SDK's own cost per resource with resources that have nothing to serialise.
+    """
     with _collector_paused():
-        return contextvars.Context().run(_render, config, stack, secret_keys or [], preview, show_secrets)
+        return contextvars.Context().run(
+            _render, config, stack, secret_keys or [], preview, show_secrets, program or _project_program
+        )
+
+
+def _project_program() -> None:
+    runpy.run_path(str(PROJECT_DIR), run_name="__main__")
 
 
 @contextlib.contextmanager
@@ -352,7 +363,9 @@ def _no_stack_trace() -> source_pb2.StackTrace:
     return source_pb2.StackTrace()
 
 
-def _render(config: dict[str, str], stack: str, secret_keys: list[str], preview: bool, show_secrets: bool) -> Render:
+def _render(
+    config: dict[str, str], stack: str, secret_keys: list[str], preview: bool, show_secrets: bool, program: Callable[[], None]
+) -> Render:
     # A loop per run: a run aborted by a config error leaves the program's pending tasks behind,
     # and they must not wake up inside the next run.
     loop = asyncio.new_event_loop()
@@ -364,7 +377,7 @@ def _render(config: dict[str, str], stack: str, secret_keys: list[str], preview:
     trace_patch = mock.patch.object(pulumi_resource_runtime, "_get_stack_trace", _no_stack_trace)
     try:
         with trace_patch:
-            return _run_program(config, stack, secret_keys, preview, show_secrets)
+            return _run_program(config, stack, secret_keys, preview, show_secrets, program)
     finally:
         for task in asyncio.all_tasks(loop):
             task.cancel()
@@ -373,7 +386,9 @@ def _render(config: dict[str, str], stack: str, secret_keys: list[str], preview:
         asyncio.set_event_loop(None)
 
 
-def _run_program(config: dict[str, str], stack: str, secret_keys: list[str], preview: bool, show_secrets: bool) -> Render:
+def _run_program(
+    config: dict[str, str], stack: str, secret_keys: list[str], preview: bool, show_secrets: bool, program: Callable[[], None]
+) -> Render:
     cloud = _Cloud(preview)
     monitor = _Monitor(cloud)
     pulumi.runtime.set_mocks(cloud, project=CONFIG_NAMESPACE, stack=stack, preview=preview, monitor=monitor)
@@ -382,7 +397,7 @@ def _run_program(config: dict[str, str], stack: str, secret_keys: list[str], pre
     SETTINGS.outputs = set()
     pulumi.runtime.set_all_config(config, secret_keys)
     try:
-        _sync_await(run_pulumi_func(lambda: runpy.run_path(str(PROJECT_DIR), run_name="__main__")))
+        _sync_await(run_pulumi_func(program))
     except pulumi.RunError as error:
         raise RenderError(str(error)) from None
     outputs = _sync_await(_resolve(dict(get_root_resource().outputs), show_secrets))
