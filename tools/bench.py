@@ -11,8 +11,8 @@ steps) and width, and the dependency edges between different tenants' resources 
 none). The marginal cost is the render time added per tenant between consecutive sizes.
 
 The SDK floor is the same measurement for a program of as many bare resources, each with a single
-string input: what a tenant would cost if every one of its resources had nothing to serialise and
-declared no outputs, the least the Pulumi SDK spends per resource on this interpreter. The
+string input and nothing else: what a tenant would cost if none of its resources carried anything
+but its name, the least the Pulumi SDK spends per resource on this interpreter. The
 interpreter is reported too: its build (with PGO and LTO or not) moves every figure by 20-30 % here.
 """
 
