@@ -1,0 +1,45 @@
+"""The GitHub workflows against the Actions workflow schema (vendored by check-jsonschema).
+
+What each workflow runs is pinned beside the behaviour it checks (test_policies, test_validate);
+this catches what GitHub would reject before running anything: a misspelt key, a wrong type.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+WORKFLOWS = sorted((PROJECT_DIR / ".github" / "workflows").glob("*.yml"))
+
+
+def check(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_there_are_workflows_to_check() -> None:
+    assert {path.name for path in WORKFLOWS} >= {"ci.yml", "e2e.yml"}
+
+
+@pytest.mark.parametrize("workflow", WORKFLOWS, ids=lambda path: path.name)
+def test_the_workflow_is_one_github_accepts(workflow: Path) -> None:
+    result = check(workflow)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_misspelt_key_is_refused(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yml"
+    text = (PROJECT_DIR / ".github" / "workflows" / "ci.yml").read_text()
+    assert "runs-on:" in text
+    broken.write_text(text.replace("runs-on:", "runs_on:", 1))
+    result = check(broken)
+    assert result.returncode == 1 and "runs_on" in result.stdout + result.stderr
