@@ -59,7 +59,7 @@ systemctl daemon-reload
 systemctl enable --now gpu-tenancy-register.timer
 # Register now, so that `pulumi up` ends with the cards in place; the kubelet may still be
 # finishing its first registration.
-for attempt in $(seq 1 30); do
+for _ in $(seq 1 30); do
   /usr/local/bin/gpu-tenancy-register && exit 0
   sleep 2
 done

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from typing import Any
 
 import pytest
@@ -10,6 +9,7 @@ import pytest
 from gpu_tenancy.config import ConfigError, StackConfig
 from tests import fidelity
 from tests.conftest import COMMAND, CONTAINER, K8S_PROVIDER, PROJECT_DIR, RELEASE, TCP, render_config
+from tests.shell import assert_valid_machine_script
 from tools import harness
 
 REMOTE = "command:remote:Command"
@@ -157,9 +157,12 @@ def test_ssh_worker_joins_with_the_same_token_and_hash(prod: harness.Render) -> 
     assert prod.waits_for(join, prod.one(TCP, "prod-a"))
 
 
-def test_ssh_scripts_are_valid_posix_shell(prod: harness.Render) -> None:
-    for command in prod.find(REMOTE):
-        subprocess.run(["sh", "-n"], input=command["inputs"]["stdin"].encode(), check=True)
+@pytest.mark.parametrize("script", ["stdin", "delete"])
+def test_ssh_scripts_are_valid_posix_shell(prod: harness.Render, script: str) -> None:
+    commands = prod.find(REMOTE)
+    assert commands
+    for command in commands:
+        assert_valid_machine_script(command["inputs"][script])
 
 
 def test_ssh_only_tenants_get_no_nested_node_workarounds(prod: harness.Render) -> None:

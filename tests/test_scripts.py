@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PROJECT_DIR
+from tests.shell import assert_valid_machine_script, shellcheck
 
 BASH = shutil.which("bash") or "/bin/bash"
 FETCH = PROJECT_DIR / "scripts" / "fetch-tools.sh"
@@ -203,3 +204,16 @@ def test_existing_refuses_to_create_a_stack(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "no stack 'dev'" in result.stderr and "make up" in result.stderr
     assert "stack init" not in (tmp_path / "pulumi.log").read_text()
+
+
+@pytest.mark.parametrize("script", [FETCH, PULUMI_ENV, PROJECT_DIR / ".ci" / "run"], ids=lambda path: path.name)
+def test_host_scripts_pass_shellcheck(script: Path) -> None:
+    assert shellcheck(script.read_text(), shell="bash") == ""
+
+
+def test_shellcheck_flags_what_sh_n_lets_through() -> None:
+    risky = "rm -rf $WORK_DIR/*\n"
+    subprocess.run(["sh", "-n"], input=risky.encode(), check=True)
+    assert "SC2115" in shellcheck(risky) or "SC2086" in shellcheck(risky)
+    with pytest.raises(AssertionError, match="SC2086"):
+        assert_valid_machine_script("kubectl label node $NODE gpu=true\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import shlex
 import shutil
 import subprocess
 
@@ -11,6 +12,7 @@ import pytest
 
 from gpu_tenancy import kubeadm, kubeconfig
 from tests.conftest import COMMAND, CONTAINER, K8S_PROVIDER, SECRET, TCP, dev_config, render_config
+from tests.shell import assert_valid_machine_script
 from tools import harness
 
 ROLE = "kubernetes:rbac.authorization.k8s.io/v1:Role"
@@ -189,12 +191,26 @@ def test_nested_nodes_get_kinds_kubelet_settings(dev: harness.Render) -> None:
 
 @pytest.mark.parametrize("script", ["stdin", "delete"])
 def test_machine_scripts_are_valid_posix_shell(dev_secrets: harness.Render, script: str) -> None:
-    for command in dev_secrets.find(COMMAND):
-        if command["name"].startswith("tenant-"):
-            text = command["inputs"][script]
-            if script == "delete":
-                text = text.split(" sh -c ", 1)[1].rsplit(" || true", 1)[0]
-            subprocess.run(["sh", "-n"], input=text.encode(), check=True)
+    commands = [command for command in dev_secrets.find(COMMAND) if command["name"].startswith("tenant-")]
+    assert commands
+    for command in commands:
+        text = command["inputs"][script]
+        if script == "delete":
+            text = shlex.split(text.split(" sh -c ", 1)[1].rsplit(" || true", 1)[0])[0]
+        assert_valid_machine_script(text)
+
+
+def test_every_command_line_is_valid_shell(dev_secrets: harness.Render) -> None:
+    # pulumi-command runs create, update and delete with `/bin/sh -c`.
+    lines = [
+        command["inputs"][key]
+        for command in dev_secrets.find(COMMAND)
+        for key in ("create", "update", "delete")
+        if command["inputs"].get(key)
+    ]
+    assert len(lines) >= 8
+    for line in lines:
+        assert_valid_machine_script(line)
 
 
 def test_workers_of_one_tenant_join_only_that_tenant() -> None:
