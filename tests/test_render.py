@@ -43,7 +43,9 @@ def test_secrets_are_masked_unless_asked(dev: harness.Render, dev_secrets: harne
 
 
 def test_provider_inputs_keep_the_kubeconfig_secret(dev: harness.Render) -> None:
-    for provider in dev.find(K8S_PROVIDER):
+    providers = dev.find(K8S_PROVIDER)
+    assert len(providers) == 3  # the management cluster and two tenants
+    for provider in providers:
         assert provider["inputs"]["kubeconfig"] == "[secret]"
 
 

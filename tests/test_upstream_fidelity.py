@@ -106,7 +106,8 @@ def test_the_values_check_catches_a_stale_key(dev: harness.Render) -> None:
 )
 def test_values_validate_against_the_charts_values_schema(dev: harness.Render, chart: str, schema: str) -> None:
     document = json.loads((fidelity.require_schemas() / schema).read_text())
-    for release in dev.find(RELEASE):
-        if release["inputs"]["chart"] == chart:
-            merged = {**fidelity.chart_values(CHART_VALUES[chart]), **release["inputs"]["values"]}
-            jsonschema.Draft7Validator(document).validate(merged)
+    releases = [release for release in dev.find(RELEASE) if release["inputs"]["chart"] == chart]
+    assert releases
+    for release in releases:
+        merged = {**fidelity.chart_values(CHART_VALUES[chart]), **release["inputs"]["values"]}
+        jsonschema.Draft7Validator(document).validate(merged)
