@@ -228,32 +228,29 @@ class _Monitor(pulumi_mocks.MockMonitor):
         urn = self.make_urn(request.parent, request.type, request.name)
         if request.type == "pulumi:pulumi:Stack":
             return resource_pb2.RegisterResourceResponse(urn=urn)
-        args = pulumi_mocks.MockResourceArgs(
-            typ=request.type,
-            name=request.name,
-            inputs=rpc.deserialize_properties(request.object),
-            provider=request.provider,
-            resource_id=request.importId,
-            custom=request.custom or False,
-        )
-        resource_id, state = self.mocks.new_resource(args)
-        self.resources[urn] = pulumi_mocks.MockMonitor.ResourceRegistration(urn, resource_id, state)
+        resource_id, state = self._new(request, urn, request.object, request.importId, custom=request.custom or False)
         self._record(request, urn)
         return resource_pb2.RegisterResourceResponse(urn=urn, id=resource_id, object=_serialize(state))
 
     def ReadResource(self, request: Any) -> Any:
         urn = self.make_urn(request.parent, request.type, request.name)
+        _, state = self._new(request, urn, request.properties, request.id, custom=None)
+        self._record(request, urn, read_id=request.id)
+        return resource_pb2.ReadResourceResponse(urn=urn, properties=_serialize(state))
+
+    def _new(self, request: Any, urn: str, inputs: struct_pb2.Struct, resource_id: str, custom: bool | None) -> tuple[str, dict]:
+        """The mock's id and state for a registered or read resource, kept as the SDK's monitor keeps them."""
         args = pulumi_mocks.MockResourceArgs(
             typ=request.type,
             name=request.name,
-            inputs=rpc.deserialize_properties(request.properties),
+            inputs=rpc.deserialize_properties(inputs),
             provider=request.provider,
-            resource_id=request.id,
+            resource_id=resource_id,
+            custom=custom,
         )
         resource_id, state = self.mocks.new_resource(args)
         self.resources[urn] = pulumi_mocks.MockMonitor.ResourceRegistration(urn, resource_id, state)
-        self._record(request, urn, read_id=request.id)
-        return resource_pb2.ReadResourceResponse(urn=urn, properties=_serialize(state))
+        return resource_id, state
 
 
 def _serialize(state: dict[str, Any]) -> struct_pb2.Struct:
