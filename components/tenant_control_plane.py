@@ -59,7 +59,9 @@ def control_plane_spec(
     if konnectivity_version:
         konnectivity["server"]["version"] = konnectivity_version
         konnectivity["agent"]["version"] = konnectivity_version
-    kubelet_patches = [{"op": "replace", "path": "/cgroupDriver", "value": "systemd"}]
+    # "add", not "replace": Kamaji writes no cgroupDriver unless the deprecated kubelet.cgroupfs is
+    # set, and "replace" fails on a missing key (clastix/kamaji#1310 fixed its own sample so).
+    kubelet_patches = [{"op": "add", "path": "/cgroupDriver", "value": "systemd"}]
     if nested_nodes:
         kubelet_patches += NESTED_KUBELET_PATCHES
     service_metadata: dict[str, Any] = {"labels": {TENANT_LABEL: tenant.name}}

@@ -167,7 +167,7 @@ def test_ssh_scripts_are_valid_posix_shell(prod: harness.Render, script: str) ->
 
 def test_ssh_only_tenants_get_no_nested_node_workarounds(prod: harness.Render) -> None:
     patches = prod.one(TCP, "prod-a")["inputs"]["spec"]["kubernetes"]["kubelet"]["configurationJSONPatches"]
-    assert patches == [{"op": "replace", "path": "/cgroupDriver", "value": "systemd"}]
+    assert patches == [{"op": "add", "path": "/cgroupDriver", "value": "systemd"}]
     assert prod.find("kubernetes:apps/v1:DaemonSetPatch") == []
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import jsonpatch
+import pytest
 import yaml
 
 from gpu_tenancy import kubeconfig
@@ -39,8 +41,28 @@ def test_tcp_spec(dev: harness.Render) -> None:
     assert spec["addons"]["coreDNS"] == {} and spec["addons"]["kubeProxy"] == {}
     assert spec["addons"]["konnectivity"] == {"server": {"port": 8132}, "agent": {"mode": "DaemonSet"}}
     patches = spec["kubernetes"]["kubelet"]["configurationJSONPatches"]
-    assert {"op": "replace", "path": "/cgroupDriver", "value": "systemd"} in patches
+    assert {"op": "add", "path": "/cgroupDriver", "value": "systemd"} in patches
     assert "dataStore" not in spec  # Kamaji's default DataStore
+
+
+# The KubeletConfiguration Kamaji uploads, as far as the patches touch it. Kamaji sets
+# cgroupDriver only from the deprecated spec.kubernetes.kubelet.cgroupfs
+# (clastix/kamaji:internal/kubeadm/uploadconfig.go), so by default the key is absent.
+KAMAJI_KUBELET_CONFIG = {
+    "apiVersion": "kubelet.config.k8s.io/v1beta1",
+    "kind": "KubeletConfiguration",
+    "clusterDNS": ["10.96.0.10"],
+}
+
+
+@pytest.mark.parametrize("uploaded", [{}, {"cgroupDriver": "cgroupfs"}], ids=["no cgroupDriver", "cgroupfs"])
+def test_kubelet_patches_apply_to_the_configuration_kamaji_uploads(dev: harness.Render, uploaded: dict) -> None:
+    # Kamaji applies configurationJSONPatches with RFC 6902 semantics (evanphx/json-patch); one
+    # failing operation fails the whole upload and the TCP never becomes Ready.
+    patches = dev.one(TCP, "tenant-a")["inputs"]["spec"]["kubernetes"]["kubelet"]["configurationJSONPatches"]
+    patched = jsonpatch.apply_patch({**KAMAJI_KUBELET_CONFIG, **uploaded}, patches)
+    assert patched["cgroupDriver"] == "systemd"
+    assert patched["failSwapOn"] is False
 
 
 def test_tenant_cidrs_and_konnectivity_version_come_from_config() -> None:
