@@ -14,6 +14,17 @@ METALLB_NAMESPACE = "metallb-system"
 KAMAJI_NAMESPACE = "kamaji-system"  # the TCP CRD hard-codes its webhook service namespace to this
 
 
+def metallb_values(single_node: bool) -> dict:
+    """MetalLB's values; a single-node cluster must announce from its control-plane node.
+
+    kubeadm labels control-plane nodes node.kubernetes.io/exclude-from-external-load-balancers and
+    MetalLB's speakers then stay silent there, so on a one-node cluster nothing would answer ARP for
+    the VIPs. kind drops the label from single-node clusters only since v0.22
+    (kubernetes-sigs/kind#3507); a cluster of several nodes keeps its operator's choice.
+    """
+    return {"speaker": {"ignoreExcludeLB": True}} if single_node else {}
+
+
 class ManagementCluster(pulumi.ComponentResource):
     """What Kamaji needs to run tenant control planes, installed through ``provider``."""
 
@@ -26,6 +37,7 @@ class ManagementCluster(pulumi.ComponentResource):
         versions: Versions,
         pool: pulumi.Input[str] | None,
         provider: k8s.Provider,
+        single_node: bool,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(
@@ -55,7 +67,7 @@ class ManagementCluster(pulumi.ComponentResource):
                 "metallb",
                 versions.metallb.removeprefix("v"),
                 METALLB_NAMESPACE,
-                {},
+                metallb_values(single_node),
                 child,
             )
             # The pool is validated by MetalLB's webhook, which serves only once the release is
@@ -92,5 +104,8 @@ class ManagementCluster(pulumi.ComponentResource):
             {"resources": None},
             pulumi.ResourceOptions(parent=self, depends_on=[cert_manager]),
             allow_null_values=True,
+            # Helm's default 300 s is short for a first install on a laptop: Kamaji's image, the
+            # three-replica kamaji-etcd with its volumes and the chart's hook jobs all come up here.
+            timeout=900,
         )
         self.register_outputs({})

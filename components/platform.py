@@ -55,7 +55,8 @@ class Platform(pulumi.ComponentResource):
             config.versions,
             addresses.apply(lambda plan: str(plan.pool)) if with_pool else None,
             provider,
-            child,
+            single_node=config.management.mode == "kind",
+            opts=child,
         )
         self.tenants = {
             tenant.name: Tenant(

@@ -93,6 +93,19 @@ def chart_values(relative_path: str) -> dict[str, Any]:
     return yaml.safe_load((require_schemas() / relative_path).read_text())
 
 
+def merged_values(defaults: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` over a chart's defaults as Helm merges them: maps recursively, a null removes the key."""
+    merged = dict(defaults)
+    for key, value in values.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merged_values(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
 def unknown_value_keys(values: dict[str, Any], defaults: dict[str, Any], prefix: str = "") -> list[str]:
     """Key paths set in ``values`` that the chart's values.yaml does not have."""
     unknown = []

@@ -65,6 +65,9 @@ def test_management_releases_are_pinned_upstream_charts(dev: harness.Render) -> 
     assert found["cert-manager"]["values"] == {"crds": {"enabled": True}}
     assert found["kamaji"]["values"] == {"resources": None}
     assert found["kamaji"]["allowNullValues"] is True
+    assert found["kamaji"]["timeout"] == 900  # a first install pulls Kamaji and starts kamaji-etcd
+    # kind's one node is a control-plane node; MetalLB must announce the VIPs from it.
+    assert found["metallb"]["values"] == {"speaker": {"ignoreExcludeLB": True}}
     for release in dev.find(RELEASE):
         assert release["provider"] == dev.one(K8S_PROVIDER, "gpu-tenancy-management")["urn"] or release["name"].startswith(
             "tenant-"

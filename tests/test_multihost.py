@@ -71,6 +71,9 @@ def test_existing_cluster_with_a_pool_gets_metallb_and_planned_vips(prod: harnes
     address = prod.one(TCP, "prod-a")["inputs"]["spec"]["networkProfile"]["address"]
     assert address.startswith("10.0.100.")
     assert prod.outputs["tenants"]["prod-a"]["endpoint"] == f"https://{address}:6443"
+    # Which nodes announce is the cluster operator's choice (the exclude-from-external-load-balancers label).
+    (metallb,) = [r for r in prod.find(RELEASE) if r["inputs"]["chart"] == "metallb"]
+    assert metallb["inputs"]["values"] == {}
 
 
 def test_vips_are_known_in_a_preview_when_the_pool_is_configured() -> None:

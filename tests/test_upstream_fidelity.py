@@ -109,5 +109,5 @@ def test_values_validate_against_the_charts_values_schema(dev: harness.Render, c
     releases = [release for release in dev.find(RELEASE) if release["inputs"]["chart"] == chart]
     assert releases
     for release in releases:
-        merged = {**fidelity.chart_values(CHART_VALUES[chart]), **release["inputs"]["values"]}
+        merged = fidelity.merged_values(fidelity.chart_values(CHART_VALUES[chart]), release["inputs"]["values"])
         jsonschema.Draft7Validator(document).validate(merged)
