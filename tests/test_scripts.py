@@ -131,16 +131,18 @@ def test_fetch_tools_refuses_a_checksum_mismatch(tmp_path: Path, release_server:
     assert not (tmp_path / "tools" / "bin" / tool).exists()
 
 
-def fake_pulumi(tmp_path: Path, *, logged_in: bool, stacks: list[str]) -> Path:
+def fake_pulumi(tmp_path: Path, *, logged_in: bool, stacks: list[str], url: str = "https://app.pulumi.com/me") -> Path:
     bin_dir = tmp_path / "pulumibin"
     bin_dir.mkdir()
     log = tmp_path / "pulumi.log"
+    # `pulumi whoami --json` prints indented JSON with the backend's URL.
+    whoami = f"printf '%s\\n' '{{' '  \"user\": \"me\",' '  \"url\": \"{url}\"' '}}'" if logged_in else "exit 1"
     executable(
         bin_dir / "pulumi",
         f"""#!/bin/sh
 echo "$* backend=${{PULUMI_BACKEND_URL:-}} passfile=${{PULUMI_CONFIG_PASSPHRASE_FILE:-}}" >> {log}
 case "$1 $2" in
-  "whoami "*) exit {0 if logged_in else 1} ;;
+  "whoami --json") {whoami} ;;
   "stack select") for s in {" ".join(stacks) or "none"}; do [ "$s" = "$3" ] && exit 0; done; exit 255 ;;
 esac
 exit 0
@@ -190,6 +192,58 @@ def test_a_logged_in_user_keeps_their_backend_and_secrets(tmp_path: Path) -> Non
     assert "backend= " in log and "passfile=" in log.splitlines()[-1] and ".pulumi-passphrase" not in log
     assert "stack init" not in log
     assert not (tmp_path / "project" / ".pulumi-state").exists()
+
+
+def test_a_self_managed_backend_the_user_logged_in_to_gets_a_passphrase(tmp_path: Path) -> None:
+    # `pulumi login s3://...` (or --local): the backend is the user's, but it has no secrets provider
+    # of its own, and `make validate` reads secrets with no terminal to prompt on.
+    bin_dir = fake_pulumi(tmp_path, logged_in=True, stacks=[], url="s3://team-state")
+    result = run_env(tmp_path, bin_dir, "dev", "pulumi", "up")
+    assert result.returncode == 0, result.stderr
+    project = tmp_path / "project"
+    log = (tmp_path / "pulumi.log").read_text().splitlines()
+    assert f"stack init dev --secrets-provider passphrase backend= passfile={project}/.pulumi-passphrase" in log
+    assert not (project / ".pulumi-state").exists()
+
+
+def stack_file_with_salt(tmp_path: Path) -> Path:
+    stack_file = tmp_path / "project" / "Pulumi.dev.yaml"
+    stack_file.parent.mkdir(parents=True, exist_ok=True)
+    stack_file.write_text("encryptionsalt: v1:c2FsdA==:v1:abc:def\nconfig:\n  gpu-tenancy:tenants: []\n")
+    return stack_file
+
+
+def test_a_salt_made_for_another_passphrase_is_dropped_before_the_stack_is_created(tmp_path: Path) -> None:
+    # A fresh clone of a repository where someone committed their salt: `stack init` would check the
+    # newly generated passphrase against it and fail with "incorrect passphrase".
+    stack_file = stack_file_with_salt(tmp_path)
+    bin_dir = fake_pulumi(tmp_path, logged_in=False, stacks=[])
+    result = run_env(tmp_path, bin_dir, "dev", "pulumi", "up")
+    assert result.returncode == 0, result.stderr
+    assert "dropping an encryptionsalt" in result.stderr
+    assert stack_file.read_text() == "config:\n  gpu-tenancy:tenants: []\n"
+
+
+@pytest.mark.parametrize("kept_by", ["the passphrase file", "the user's passphrase"])
+def test_a_salt_that_may_match_the_passphrase_is_kept(tmp_path: Path, kept_by: str) -> None:
+    # State reset but the passphrase kept, or a passphrase the user chose: the salt may be theirs,
+    # and secure values in the file need it.
+    stack_file = stack_file_with_salt(tmp_path)
+    before = stack_file.read_text()
+    env = {}
+    if kept_by == "the passphrase file":
+        (tmp_path / "project" / ".pulumi-passphrase").write_text("0" * 64)
+    else:
+        env["PULUMI_CONFIG_PASSPHRASE"] = "theirs"
+    bin_dir = fake_pulumi(tmp_path, logged_in=False, stacks=[])
+    assert run_env(tmp_path, bin_dir, "dev", "pulumi", "up", **env).returncode == 0
+    assert stack_file.read_text() == before
+
+
+def test_pulumi_env_runs_on_bash_3_2() -> None:
+    # macOS ships bash 3.2, where expanding an empty array under `set -u` aborts ("unbound
+    # variable"); ShellCheck does not flag it, so the script keeps to plain variables.
+    assert "[@]" not in PULUMI_ENV.read_text() and "[*]" not in PULUMI_ENV.read_text()
 
 
 def test_a_chosen_passphrase_is_kept(tmp_path: Path) -> None:
