@@ -29,7 +29,7 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt policies/requirements.
 
 venv: $(VENV)/.installed ## Create the virtualenv with every requirement.
 
-tools: ## Fetch kind and the Pulumi CLI into .tools/bin unless they are on PATH.
+tools: ## Fetch kind and the Pulumi CLI into .tools/bin unless those on PATH fit the pins.
 	@scripts/fetch-tools.sh $(TOOLS) $(KIND_VERSION) $(PULUMI_VERSION)
 
 up: venv tools ## Deploy the stack (default dev) with pulumi up.

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Put kind and the Pulumi CLI on PATH for `make up`: use the host's when present, otherwise fetch
-# the pinned releases into .tools/bin, verified against the checksums each release publishes.
+# Put kind and the Pulumi CLI on PATH for `make up`: the host's when they fit the pins, otherwise
+# the pinned releases fetched into .tools/bin (first on the Makefile's PATH), verified against the
+# checksums each release publishes. kind must be the pinned release: kindest/node images are built
+# per kind release and are not guaranteed to work with another. The Pulumi CLI may be newer.
 set -euo pipefail
 
 tools_dir="${1:?tools dir}"
@@ -33,7 +35,35 @@ verify() {
 
 download() { curl --fail --silent --show-error --location --retry 3 --output "$2" "$1"; }
 
-if ! command -v kind >/dev/null && [ ! -x "$bin/kind" ]; then
+# at_least HAVE WANT: version HAVE (vX.Y.Z, any suffix ignored) is WANT or newer.
+at_least() {
+  awk -v have="${1#v}" -v want="${2#v}" 'BEGIN {
+    split(have, h, "."); split(want, w, ".")
+    for (i = 1; i <= 3; i++) { if (h[i] + 0 > w[i] + 0) exit 0; if (h[i] + 0 < w[i] + 0) exit 1 }
+    exit 0
+  }'
+}
+kind_fits() { [ "$("$1" version 2>/dev/null | awk '{ print $2 }')" = "$kind_version" ]; }
+pulumi_fits() { at_least "$("$1" version 2>/dev/null || echo v0)" "$pulumi_version"; }
+
+# fits TOOL: the tool the Makefile's PATH resolves (ours in $bin, else the host's) fits its pin.
+# One of ours that no longer fits (the pin moved) is removed, so the host's or a fresh fetch wins.
+fits() {
+  local tool="$1" found
+  if [ -x "$bin/$tool" ]; then
+    if "${tool}_fits" "$bin/$tool"; then return 0; fi
+    echo "$bin/$tool does not match the pinned version; replacing it" >&2
+    find "$bin" -type l -lname "../$tool/*" -exec rm -f {} + 2>/dev/null || true
+    rm -rf "${bin:?}/$tool" "${tools_dir:?}/$tool"
+  fi
+  found="$(command -v "$tool" || true)"
+  [ -n "$found" ] || return 1
+  if "${tool}_fits" "$found"; then return 0; fi
+  echo "$found is not the pinned $tool; fetching the pinned release into $bin" >&2
+  return 1
+}
+
+if ! fits kind; then
   asset="kind-$os-$arch"
   url="https://github.com/kubernetes-sigs/kind/releases/download/$kind_version/$asset"
   echo "fetching kind $kind_version" >&2
@@ -45,7 +75,7 @@ if ! command -v kind >/dev/null && [ ! -x "$bin/kind" ]; then
   mv "$bin/kind.download" "$bin/kind"
 fi
 
-if ! command -v pulumi >/dev/null && [ ! -x "$bin/pulumi" ]; then
+if ! fits pulumi; then
   plain="${pulumi_version#v}"
   asset="pulumi-$pulumi_version-$os-$pulumi_arch.tar.gz"
   base="https://github.com/pulumi/pulumi/releases/download/$pulumi_version"

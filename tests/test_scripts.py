@@ -65,6 +65,7 @@ cp "{served}/$(basename "$url")" "$out"
         "basename",
         "cat",
         "gzip",
+        "find",
     ):
         found = subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True, text=True, check=False).stdout.strip()
         if found and not (bin_dir / tool).exists():
@@ -72,10 +73,11 @@ cp "{served}/$(basename "$url")" "$out"
     return str(bin_dir)
 
 
-def run_fetch(tmp_path: Path, served: Path) -> subprocess.CompletedProcess[str]:
+def run_fetch(tmp_path: Path, served: Path, host_bin: Path | None = None) -> subprocess.CompletedProcess[str]:
+    path = fake_path(tmp_path, served) + (f":{host_bin}" if host_bin else "")
     return subprocess.run(
         [BASH, str(FETCH), str(tmp_path / "tools"), "v0.33.0", "v3.272.0"],
-        env={"PATH": fake_path(tmp_path, served), "HOME": str(tmp_path)},
+        env={"PATH": path, "HOME": str(tmp_path)},
         capture_output=True,
         text=True,
         timeout=60,
@@ -85,14 +87,14 @@ def run_fetch(tmp_path: Path, served: Path) -> subprocess.CompletedProcess[str]:
 
 def publish(served: Path, arch: str = "amd64", corrupt: str | None = None) -> None:
     kind = f"kind-linux-{arch}"
-    (served / kind).write_bytes(b"#!/bin/sh\necho kind v0.33.0\n")
+    (served / kind).write_bytes(b"#!/bin/sh\necho kind v0.33.0 go1.24.6 linux/amd64\n")
     digest = hashlib.sha256((served / kind).read_bytes()).hexdigest()
     (served / f"{kind}.sha256sum").write_text(f"{'0' * 64 if corrupt == 'kind' else digest}  {kind}\n")
     pulumi_arch = {"amd64": "x64", "arm64": "arm64"}[arch]
     tree = served / "tree" / "pulumi"
     tree.mkdir(parents=True)
     for binary in ("pulumi", "pulumi-language-python"):
-        executable(tree / binary, "#!/bin/sh\necho pulumi v3.272.0\n")
+        executable(tree / binary, "#!/bin/sh\necho v3.272.0\n")
     asset = f"pulumi-v3.272.0-linux-{pulumi_arch}.tar.gz"
     with tarfile.open(served / asset, "w:gz") as archive:
         archive.add(tree, arcname="pulumi")
@@ -110,8 +112,8 @@ def test_fetch_tools_verifies_and_installs_kind_and_pulumi(tmp_path: Path, relea
     result = run_fetch(tmp_path, release_server)
     assert result.returncode == 0, result.stderr
     bin_dir = tmp_path / "tools" / "bin"
-    assert subprocess.run([str(bin_dir / "kind")], capture_output=True, text=True, check=True).stdout == "kind v0.33.0\n"
-    assert subprocess.run([str(bin_dir / "pulumi")], capture_output=True, text=True, check=True).stdout == "pulumi v3.272.0\n"
+    assert subprocess.run([str(bin_dir / "kind")], capture_output=True, text=True, check=True).stdout.startswith("kind v0.33.0 ")
+    assert subprocess.run([str(bin_dir / "pulumi")], capture_output=True, text=True, check=True).stdout == "v3.272.0\n"
     assert (bin_dir / "pulumi-language-python").exists()
     requests = (release_server / "requests").read_text().splitlines()
     assert f"https://github.com/kubernetes-sigs/kind/releases/download/v0.33.0/kind-linux-{host_arch()}" in requests
@@ -120,6 +122,54 @@ def test_fetch_tools_verifies_and_installs_kind_and_pulumi(tmp_path: Path, relea
     (release_server / "requests").unlink()
     assert run_fetch(tmp_path, release_server).returncode == 0
     assert not (release_server / "requests").exists()
+
+
+def host_tools(tmp_path: Path, kind: str, pulumi: str) -> Path:
+    """A host's kind and pulumi, reporting these versions as the real ones do."""
+    host = tmp_path / "host"
+    host.mkdir()
+    executable(host / "kind", f"#!/bin/sh\necho kind {kind} go1.22.1 linux/amd64\n")
+    executable(host / "pulumi", f"#!/bin/sh\necho {pulumi}\n")
+    return host
+
+
+def fetched(served: Path) -> list[str]:
+    requests = served / "requests"
+    return [Path(url).name for url in requests.read_text().splitlines()] if requests.exists() else []
+
+
+@pytest.mark.parametrize(
+    ("kind", "pulumi", "expected"),
+    [
+        ("v0.33.0", "v3.272.0", []),
+        ("v0.33.0", "v3.300.1", []),  # a newer CLI runs the pinned SDKs' plugins
+        ("v0.26.0", "v3.272.0", ["kind"]),  # node images are built per kind release
+        ("v0.34.0", "v3.148.0", ["kind", "pulumi"]),  # e.g. what a CI runner image ships
+    ],
+)
+def test_host_tools_are_used_only_when_they_fit_the_pins(
+    tmp_path: Path, release_server: Path, kind: str, pulumi: str, expected: list[str]
+) -> None:
+    publish(release_server, host_arch())
+    result = run_fetch(tmp_path, release_server, host_tools(tmp_path, kind, pulumi))
+    assert result.returncode == 0, result.stderr
+    names = fetched(release_server)
+    assert ("kind" in expected) == any(name.startswith("kind-") for name in names)
+    assert ("pulumi" in expected) == any(name.startswith("pulumi-") for name in names)
+    for tool in expected:
+        assert f"is not the pinned {tool}" in result.stderr
+
+
+def test_a_fetched_tool_that_no_longer_fits_its_pin_is_replaced(tmp_path: Path, release_server: Path) -> None:
+    publish(release_server, host_arch())
+    bin_dir = tmp_path / "tools" / "bin"
+    bin_dir.mkdir(parents=True)
+    executable(bin_dir / "kind", "#!/bin/sh\necho kind v0.32.0 go1.24.6 linux/amd64\n")
+    result = run_fetch(tmp_path, release_server, host_tools(tmp_path, "v0.33.0", "v3.272.0"))
+    assert result.returncode == 0, result.stderr
+    assert "does not match the pinned version" in result.stderr
+    # The host's kind fits, so none is fetched and ours no longer shadows it.
+    assert not (bin_dir / "kind").exists() and fetched(release_server) == []
 
 
 @pytest.mark.parametrize("tool", ["kind", "pulumi"])
