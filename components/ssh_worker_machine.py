@@ -15,6 +15,8 @@ from .worker_machine import prelude, secret_prelude
 # Every step checks before it changes anything, so a re-run converges without side effects.
 _PREPARE = """set -eu
 export DEBIAN_FRONTEND=noninteractive
+# A freshly booted host is often busy with unattended-upgrades: wait for its dpkg lock instead of failing.
+apt_get() { apt-get -o DPkg::Lock::Timeout=600 "$@"; }
 : "${KUBERNETES_MINOR:?}" "${KUBERNETES_VERSION:?}" "${GPU_MODE:?}"
 
 # Kernel modules and sysctls kubelet and the pod network need, now and after a reboot.
@@ -30,8 +32,8 @@ swapoff -a
 sed -ri '/^[^#].*[[:space:]]swap[[:space:]]/s/^/# gpu-tenancy: /' /etc/fstab
 
 # containerd from the distribution, with the systemd cgroup driver the tenants' kubelets use.
-apt-get update -q
-apt-get install -y -q --no-install-recommends containerd ca-certificates curl gpg conntrack
+apt_get update -q
+apt_get install -y -q --no-install-recommends containerd ca-certificates curl gpg conntrack
 if ! grep -q 'SystemdCgroup = true' /etc/containerd/config.toml 2>/dev/null; then
   mkdir -p /etc/containerd
   containerd config default | sed 's/SystemdCgroup = false/SystemdCgroup = true/' > /etc/containerd/config.toml
@@ -57,11 +59,11 @@ repository="$PACKAGE_REPOSITORY/$KUBERNETES_MINOR/deb/"
 install -m 0755 -d /etc/apt/keyrings
 [ -s "$keyring" ] || curl -fsSL "${repository}Release.key" | gpg --dearmor -o "$keyring"
 echo "deb [signed-by=$keyring] $repository /" > /etc/apt/sources.list.d/kubernetes.list
-apt-get update -q
+apt_get update -q
 package_version="$(apt-cache madison kubeadm | awk -v v="${KUBERNETES_VERSION#v}-" 'index($3, v) == 1 { print $3; exit }')"
 [ -n "$package_version" ] || { echo "kubeadm $KUBERNETES_VERSION is not in $repository" >&2; exit 1; }
 apt-mark unhold kubelet kubeadm kubectl >/dev/null 2>&1 || true
-apt-get install -y -q --allow-downgrades kubelet="$package_version" kubeadm="$package_version" kubectl="$package_version"
+apt_get install -y -q --allow-downgrades kubelet="$package_version" kubeadm="$package_version" kubectl="$package_version"
 apt-mark hold kubelet kubeadm kubectl
 systemctl enable kubelet
 """

@@ -55,28 +55,56 @@ def bootstrap_secret_name(token_id: str) -> str:
     return f"bootstrap-token-{token_id}"
 
 
+# A join that fails (the tenant's RBAC still being set up right after the TCP turns Ready, a kubelet
+# that cannot start yet) is retried this often, from a clean slate each time.
+JOIN_ATTEMPTS: Final = 5
+JOIN_RETRY_SECONDS: Final = 20
+# A machine that has just started (a new worker container) may still be starting containerd.
+RUNTIME_WAIT_SECONDS: Final = 120
+
+
 def join_script(node_name: str, preflight_ignores: tuple[str, ...], node_labels: dict[str, str]) -> str:
     """A POSIX shell script that joins this machine, reading the secrets from the environment.
 
     ``JOIN_ENDPOINT``, ``JOIN_TOKEN`` and ``JOIN_CA_CERT_HASH`` come from the environment so the
     token never appears on a command line. It is idempotent: a machine already joined to the
-    same endpoint is left alone, one joined elsewhere is reset first.
+    same endpoint only gets its labels again (the kubelet applies ``--node-labels`` only when it
+    registers), anything else is reset first. kubeadm's preflight refuses to join over what a
+    failed join leaves (``bootstrap-kubelet.conf``, ``pki/ca.crt``), not only over ``kubelet.conf``.
     """
     ignore = f" --ignore-preflight-errors={','.join(preflight_ignores)}" if preflight_ignores else ""
     labels = ",".join(f"{key}={value}" for key, value in sorted(node_labels.items()))
+    label_args = " ".join(shlex.quote(f"{key}={value}") for key, value in sorted(node_labels.items()))
+    node = shlex.quote(node_name)
     return f"""set -eu
 : "${{JOIN_ENDPOINT:?}}" "${{JOIN_TOKEN:?}}" "${{JOIN_CA_CERT_HASH:?}}"
-if [ -f /etc/kubernetes/kubelet.conf ]; then
-  if grep -q "server: https://$JOIN_ENDPOINT\\$" /etc/kubernetes/kubelet.conf; then
-    echo "already joined to $JOIN_ENDPOINT"; exit 0
-  fi
-  kubeadm reset --force
-fi
 # The kubelet sets these labels itself whenever it (re-)registers the node; keep the flags the
 # image or distribution already put in /etc/default/kubelet (kind sets --runtime-cgroups there).
 extra="$(sed -n 's/^KUBELET_EXTRA_ARGS=//p' /etc/default/kubelet 2>/dev/null | sed 's/ *--node-labels=[^ ]*//g')"
 echo "KUBELET_EXTRA_ARGS=${{extra:+$extra }}--node-labels={labels}" > /etc/default/kubelet
-kubeadm join "$JOIN_ENDPOINT" --token "$JOIN_TOKEN" \\
-  --discovery-token-ca-cert-hash "$JOIN_CA_CERT_HASH" \\
-  --node-name {shlex.quote(node_name)}{ignore}
+if [ -f /etc/kubernetes/kubelet.conf ] && grep -q "server: https://$JOIN_ENDPOINT\\$" /etc/kubernetes/kubelet.conf; then
+  echo "already joined to $JOIN_ENDPOINT"
+  kubectl --kubeconfig /etc/kubernetes/kubelet.conf label node {node} --overwrite {label_args}
+  exit 0
+fi
+waited=0
+until systemctl is-active --quiet containerd; do
+  [ "$waited" -lt {RUNTIME_WAIT_SECONDS} ] || {{ echo "containerd is not running after {RUNTIME_WAIT_SECONDS} s" >&2; exit 1; }}
+  sleep 2; waited=$((waited + 2))
+done
+attempt=1
+while :; do
+  for leftover in /etc/kubernetes/kubelet.conf /etc/kubernetes/bootstrap-kubelet.conf /etc/kubernetes/pki/ca.crt; do
+    if [ -e "$leftover" ]; then kubeadm reset --force; break; fi
+  done
+  if kubeadm join "$JOIN_ENDPOINT" --token "$JOIN_TOKEN" \\
+    --discovery-token-ca-cert-hash "$JOIN_CA_CERT_HASH" \\
+    --node-name {node}{ignore}; then
+    exit 0
+  fi
+  [ "$attempt" -lt {JOIN_ATTEMPTS} ] || {{ echo "kubeadm join failed {JOIN_ATTEMPTS} times" >&2; exit 1; }}
+  echo "kubeadm join attempt $attempt failed; retrying in {JOIN_RETRY_SECONDS} s" >&2
+  attempt=$((attempt + 1))
+  sleep {JOIN_RETRY_SECONDS}
+done
 """

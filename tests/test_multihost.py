@@ -132,8 +132,10 @@ def test_ssh_worker_is_prepared_over_ssh(prod: harness.Render) -> None:
         "SystemdCgroup = true",
         "apt-mark hold kubelet kubeadm kubectl",
         'repository="$PACKAGE_REPOSITORY/$KUBERNETES_MINOR/deb/"',
+        "apt-get -o DPkg::Lock::Timeout=600",  # unattended-upgrades on a fresh host
     ):
         assert step in script, step
+    assert "\napt-get install" not in script  # every install waits for the dpkg lock
     assert "PACKAGE_REPOSITORY=https://pkgs.k8s.io/core:/stable:\n" in script
     assert "kubeadm reset --force" in prepare["delete"] and "/etc/cni/net.d" in prepare["delete"]
 

@@ -145,7 +145,7 @@ def test_join_runs_kubeadm_in_the_container_against_the_tenant_vip(dev_secrets: 
     script = join["stdin"]
     assert 'kubeadm join "$JOIN_ENDPOINT" --token "$JOIN_TOKEN"' in script
     assert '--discovery-token-ca-cert-hash "$JOIN_CA_CERT_HASH"' in script
-    assert "--ignore-preflight-errors=SystemVerification\n" in script  # the only ignore a nested node needs
+    assert "--ignore-preflight-errors=SystemVerification; then\n" in script  # the only ignore a nested node needs
     assert "--node-labels=gpu=on,gpu-tenancy.io/tenant=tenant-a" in script
     assert "kubeadm reset --force" in join["delete"]
 

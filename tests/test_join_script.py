@@ -1,0 +1,125 @@
+"""The join script itself, run under sh against stand-ins for systemctl, kubeadm and kubectl.
+
+Paths under /etc are moved into a temporary directory; everything else runs as on a worker.
+"""
+
+from __future__ import annotations
+
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpu_tenancy import kubeadm
+
+ENDPOINT = "172.18.255.230:6443"
+LABELS = {"gpu": "on", "gpu-tenancy.io/tenant": "tenant-a"}
+
+
+def tool(bin_dir: Path, name: str, body: str) -> None:
+    path = bin_dir / name
+    path.write_text(f'#!/bin/sh\necho "{name} $*" >> "$LOG"\n{body}\n')
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+
+def run_join(tmp_path: Path, *, failing_joins: int = 0, runtime_starts_after: int = 0) -> tuple[int, list[str], Path]:
+    etc = tmp_path / "etc"
+    (etc / "kubernetes" / "pki").mkdir(parents=True, exist_ok=True)
+    (etc / "default").mkdir(exist_ok=True)
+    (etc / "default" / "kubelet").write_text("KUBELET_EXTRA_ARGS=--runtime-cgroups=/system.slice/containerd.service\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    state = tmp_path / "state"
+    state.mkdir(exist_ok=True)
+    k8s = etc / "kubernetes"
+    tool(bin_dir, "sleep", ":")
+    tool(
+        bin_dir,
+        "systemctl",
+        f'n=$(cat "{state}/runtime" 2>/dev/null || echo 0); echo $((n + 1)) > "{state}/runtime"\n'
+        f'[ "$n" -ge {runtime_starts_after} ]',
+    )
+    # A failed join leaves what kubeadm's kubelet-start phase writes before the TLS bootstrap.
+    tool(
+        bin_dir,
+        "kubeadm",
+        f"""case "$1" in
+  reset) rm -f "{k8s}/kubelet.conf" "{k8s}/bootstrap-kubelet.conf" "{k8s}/pki/ca.crt" ;;
+  join)
+    for f in "{k8s}/kubelet.conf" "{k8s}/bootstrap-kubelet.conf" "{k8s}/pki/ca.crt"; do
+      [ ! -e "$f" ] || {{ echo "[ERROR FileAvailable] $f already exists" >&2; exit 1; }}
+    done
+    : > "{k8s}/bootstrap-kubelet.conf"; : > "{k8s}/pki/ca.crt"
+    n=$(cat "{state}/joins" 2>/dev/null || echo 0); echo $((n + 1)) > "{state}/joins"
+    [ "$n" -ge {failing_joins} ] || exit 1
+    printf '    server: https://%s\\n' "$2" > "{k8s}/kubelet.conf" ;;
+esac""",
+    )
+    tool(bin_dir, "kubectl", ":")
+    script = kubeadm.join_script("tenant-a-worker-0", ("SystemVerification",), LABELS).replace("/etc/", f"{etc}/")
+    log = tmp_path / "log"
+    result = subprocess.run(
+        ["sh", "-c", script],
+        env={
+            "PATH": f"{bin_dir}:/usr/bin:/bin",
+            "LOG": str(log),
+            "JOIN_ENDPOINT": ENDPOINT,
+            "JOIN_TOKEN": "abcdef.0123456789abcdef",
+            "JOIN_CA_CERT_HASH": "sha256:00",
+        },
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    lines = log.read_text().splitlines() if log.exists() else []
+    calls = [" ".join(line.split(" ")[:2]) for line in lines if not line.startswith(("sleep", "systemctl"))]
+    return result.returncode, calls, etc
+
+
+def test_a_fresh_machine_joins_once(tmp_path: Path) -> None:
+    code, calls, etc = run_join(tmp_path)
+    assert code == 0
+    assert calls == ["kubeadm join"]
+    assert (etc / "default" / "kubelet").read_text() == (
+        "KUBELET_EXTRA_ARGS=--runtime-cgroups=/system.slice/containerd.service "
+        "--node-labels=gpu=on,gpu-tenancy.io/tenant=tenant-a\n"
+    )
+
+
+def test_a_failed_join_is_reset_and_retried(tmp_path: Path) -> None:
+    # The leftovers of the failed attempt would fail every later preflight without the reset.
+    code, calls, _ = run_join(tmp_path, failing_joins=2)
+    assert code == 0
+    assert calls == ["kubeadm join", "kubeadm reset", "kubeadm join", "kubeadm reset", "kubeadm join"]
+
+
+def test_a_join_that_keeps_failing_gives_up(tmp_path: Path) -> None:
+    code, calls, _ = run_join(tmp_path, failing_joins=99)
+    assert code == 1
+    assert calls.count("kubeadm join") == kubeadm.JOIN_ATTEMPTS
+
+
+def test_leftovers_of_an_earlier_run_are_reset_before_joining(tmp_path: Path) -> None:
+    run_join(tmp_path, failing_joins=99)  # gives up, leaving bootstrap-kubelet.conf behind
+    (tmp_path / "state" / "joins").unlink()
+    (tmp_path / "log").unlink()
+    code, calls, _ = run_join(tmp_path)
+    assert code == 0 and calls == ["kubeadm reset", "kubeadm join"]
+
+
+def test_a_joined_machine_only_gets_its_labels_again(tmp_path: Path) -> None:
+    run_join(tmp_path)
+    (tmp_path / "log").unlink()
+    code, calls, _ = run_join(tmp_path)
+    assert code == 0
+    assert calls == ["kubectl --kubeconfig"]
+    assert "label node tenant-a-worker-0 --overwrite gpu=on gpu-tenancy.io/tenant=tenant-a" in (tmp_path / "log").read_text()
+
+
+@pytest.mark.parametrize(("starts_after", "code"), [(3, 0), (1000, 1)])
+def test_the_join_waits_for_containerd(tmp_path: Path, starts_after: int, code: int) -> None:
+    result, calls, _ = run_join(tmp_path, runtime_starts_after=starts_after)
+    assert result == code
+    assert calls == (["kubeadm join"] if code == 0 else [])
