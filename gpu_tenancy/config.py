@@ -273,6 +273,7 @@ class StackConfig(_Model):
     def _cross_checks(self) -> Iterable[tuple[str, str]]:
         yield from self._management()
         yield from self._workers()
+        yield from self._mock_node_memory()
         yield from self._unique_names()
         yield from self._vips()
         yield from self._cidrs()
@@ -314,6 +315,23 @@ class StackConfig(_Model):
                         (
                             "is a docker worker with gpus under gpuMode nvidia: a kindest/node container has no GPU for "
                             "the real device plugin; give it ssh to a GPU host, or use gpuMode mock"
+                        ),
+                    )
+
+    def _mock_node_memory(self) -> Iterable[tuple[str, str]]:
+        limit = gpus.mock_memory_limit_mib()
+        for i, tenant in enumerate(self.tenants):
+            if tenant.gpu_mode != "mock":
+                continue
+            for j, worker in enumerate(tenant.workers):
+                memory, _ = gpus.inventory_totals(worker.cards)
+                if memory > limit:
+                    yield (
+                        f"tenants[{i}].workers[{j}].gpus",
+                        (
+                            f"declare {memory} MiB of GPU memory on one node; under gpuMode mock at most {limit} MiB fit: "
+                            "HAMi's mock device plugin lists one kubelet device per MiB and kubelet accepts a 4 MiB list, "
+                            "beyond which the node shows no nvidia.com/gpumem. Spread the cards over more workers"
                         ),
                     )
 

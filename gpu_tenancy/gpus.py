@@ -24,6 +24,37 @@ GPU_CORES_RESOURCE: Final = "nvidia.com/gpucores"
 GPU_NODE_LABEL: Final = ("gpu", "on")
 
 
+# kubelet reads a device plugin's ListAndWatch stream with gRPC's default 4 MiB receive limit, and
+# HAMi's mock plugin lists one fake device per MiB of nvidia.com/gpumem, ID "mock-devices-id-<i>"
+# from 0, health "Healthy", no topology (Project-HAMi/mock-device-plugin:internal/pkg/mock/server.go).
+# A larger list fails the stream and the node shows no gpumem; hami.md calls it "more than ~120 GB".
+KUBELET_GRPC_MESSAGE_LIMIT: Final = 4 * 1024 * 1024
+_MOCK_ID_PREFIX_LENGTH: Final = len("mock-devices-id-")
+_HEALTHY_LENGTH: Final = len("Healthy")
+
+
+def mock_device_list_bytes(devices: int) -> int:
+    """Protobuf size of the mock plugin's ``ListAndWatchResponse`` listing ``devices`` devices."""
+    total, first, digits = 0, 0, 1
+    while first < devices:
+        last = min(devices, 10**digits)  # indexes first..last-1 have `digits` digits
+        # Per Device: ID and health fields (tag, length, bytes each), wrapped as one repeated
+        # field (tag, length); every length here is below 128, so one varint byte.
+        device = (2 + _MOCK_ID_PREFIX_LENGTH + digits) + (2 + _HEALTHY_LENGTH)
+        total += (last - first) * (2 + device)
+        first, digits = last, digits + 1
+    return total
+
+
+def mock_memory_limit_mib() -> int:
+    """The most GPU memory (MiB) one node can declare before the mock's device list is too large."""
+    low, high = 0, KUBELET_GRPC_MESSAGE_LIMIT
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if mock_device_list_bytes(middle) <= KUBELET_GRPC_MESSAGE_LIMIT else (low, middle - 1)
+    return low
+
+
 @dataclass(frozen=True)
 class GpuModel:
     """One card model as NVML describes it."""

@@ -230,6 +230,36 @@ def test_quota_above_the_tenants_gpu_cores() -> None:
     assert "(200% = 100 per card)" in problem_at(raw, "tenants[1].quota.gpucores")
 
 
+@pytest.mark.parametrize(
+    ("gpus", "fits"),
+    [
+        ([{"model": "A100-80GB", "count": 1}, {"model": "A100-40GB", "count": 1}], True),  # 122880 MiB
+        ([{"model": "A100-80GB", "count": 1}, {"model": "L40S", "count": 1}], False),  # 127988 MiB
+        ([{"model": "H200", "count": 1}], False),  # 143771 MiB
+    ],
+)
+def test_a_mock_node_holds_no_more_gpu_memory_than_the_mock_plugin_can_list(gpus: list[dict], fits: bool) -> None:
+    raw = dev_config()
+    raw["tenants"][0]["workers"][0]["gpus"] = gpus
+    raw["tenants"][0].pop("quota")
+    if fits:
+        StackConfig.load(raw)
+        return
+    message = problem_at(raw, "tenants[0].workers[0].gpus")
+    assert "at most 123011 MiB fit" in message and "Spread the cards over more workers" in message
+    raw["tenants"][0]["gpuMode"] = "nvidia"  # the real plugin lists cards, not MiB
+    raw["tenants"][0]["workers"][0]["ssh"] = {"host": "10.0.0.11", "user": "ubuntu", "privateKey": "key"}
+    assert not [p for p in problems_or_none(raw) if p[0] == "tenants[0].workers[0].gpus"]
+
+
+def problems_or_none(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    try:
+        StackConfig.load(raw)
+    except ConfigError as error:
+        return error.problems
+    return []
+
+
 def test_quota_on_a_tenant_without_gpus() -> None:
     raw = dev_config()
     raw["tenants"][1]["workers"][0]["gpus"] = []

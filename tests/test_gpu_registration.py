@@ -87,3 +87,18 @@ def test_workers_without_gpus_are_not_registered() -> None:
     assert render.find(COMMAND, "tenant-b-cpu-0-gpu-registration") == []
     assert render.outputs["tenants"]["tenant-b"]["workers"] == ["tenant-b-worker-0", "tenant-b-cpu-0"]
     assert render.outputs["tenants"]["tenant-b"]["gpus"]["tenant-b-cpu-0"] == []
+
+
+def test_mock_device_list_size_is_the_protobuf_size_of_the_mocks_response() -> None:
+    # Ten devices "mock-devices-id-0".."9", each Device {ID (2 + 17 bytes), health (2 + 7)} in a
+    # repeated field (2): 30 bytes each.
+    assert gpus.mock_device_list_bytes(10) == 300
+    assert gpus.mock_device_list_bytes(11) == 300 + 31
+    # mock-device-plugin PR #27 measured 6.76 MB for an MI300X's 196608 MiB.
+    assert round(gpus.mock_device_list_bytes(196608) / 1e6, 2) == 6.77
+
+
+def test_the_mock_memory_limit_is_the_last_size_under_kubelets_4_mib() -> None:
+    limit = gpus.mock_memory_limit_mib()
+    assert gpus.mock_device_list_bytes(limit) <= 4 * 1024 * 1024 < gpus.mock_device_list_bytes(limit + 1)
+    assert limit == 123011  # "more than ~120 GB per node" (hami.md)

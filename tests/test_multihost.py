@@ -100,8 +100,15 @@ def test_a_pinned_vip_without_a_pool() -> None:
     assert spec["networkProfile"]["address"] == "192.0.2.10"
 
 
-def test_docker_workers_with_an_existing_cluster_need_a_worker_network() -> None:
+def mock_mode() -> dict[str, Any]:
+    """The existing-cluster stack under gpuMode mock, with a node small enough for the mock plugin."""
     config = existing(gpuMode="mock")
+    config["tenants"][0]["workers"][0]["gpus"] = [{"model": "H100-80GB", "count": 1}]
+    return config
+
+
+def test_docker_workers_with_an_existing_cluster_need_a_worker_network() -> None:
+    config = mock_mode()
     config["tenants"][0]["workers"].append({"name": "docker-0"})
     with pytest.raises(harness.RenderError, match=r"tenants\[0\]\.workers\[1\]: is a docker worker \(no ssh\)"):
         render_config(config)
@@ -177,9 +184,9 @@ def test_ssh_only_tenants_get_no_nested_node_workarounds(prod: harness.Render) -
 
 
 def test_ssh_workers_in_mock_mode_are_registered_on_the_host() -> None:
-    render = render_config(existing(gpuMode="mock"))
+    render = render_config(mock_mode())
     registration = render.one(REMOTE, "gpu-host-1-gpu-registration")
-    assert registration["inputs"]["environment"]["NVIDIA_GPU_CAPACITY"] == "80"
+    assert registration["inputs"]["environment"]["NVIDIA_GPU_CAPACITY"] == "10"
     assert "kubectl --kubeconfig /etc/kubernetes/kubelet.conf" in registration["inputs"]["stdin"]
 
 

@@ -56,6 +56,21 @@ def tenant_of(raw_tenant: dict[str, Any]) -> Tenant:
     return StackConfig.load({"tenants": [raw_tenant]}).tenants[0]
 
 
+def real_gpus(tenant: str, worker: str, model: str, count: int = 1) -> dict[str, Any]:
+    """A tenant on a real GPU host: more memory on one node than the mock plugin can list."""
+    return {
+        "name": tenant,
+        "gpuMode": "nvidia",
+        "workers": [
+            {
+                "name": worker,
+                "ssh": {"host": "10.0.0.11", "user": "ubuntu", "privateKey": "key"},
+                "gpus": [{"model": model, "count": count}],
+            }
+        ],
+    }
+
+
 # --- fakes -----------------------------------------------------------------------------------
 
 
@@ -492,7 +507,7 @@ def test_oversize_is_refused_on_memory_where_every_card_is_smaller_and_skipped_w
         assert plan.refused is not None and plan.refused.probe.memory_mib == 90000
         assert plan.refused.result.reasons == ("CardInsufficientMemory",)
         assert plan.refused.result.message == f"0/1 nodes are available: 1 {cards}/{cards} CardInsufficientMemory."
-    h200 = tenant_of({"name": "big", "workers": [{"name": "big-0", "gpus": [{"model": "H200"}]}]})
+    h200 = tenant_of(real_gpus("big", "big-0", "H200"))
     plan = expect.plan_oversize(fresh(h200), "scratch", "oversize")
     assert plan.refused is None and "places a 90000 MiB/30 % pod on big-0" in plan.note
 
@@ -826,9 +841,7 @@ def test_webhook_fails_when_the_pod_keeps_default_scheduler():
 def test_fractional_fit_fails_when_pods_land_elsewhere_than_the_model_predicts():
     w = world()
     # HAMi really has two A100s where one is declared: spread puts the probes on both.
-    w.tenants["tenant-a"].hami_cards = tenant_of(
-        {"name": "tenant-a", "workers": [{"name": "tenant-a-worker-0", "gpus": [{"model": "A100-80GB", "count": 2}]}]}
-    )
+    w.tenants["tenant-a"].hami_cards = tenant_of(real_gpus("tenant-a", "tenant-a-worker-0", "A100-80GB", 2))
     results = runner.run_checks(w.run(["fractional-fit", "fractional-next"]))
     fit, nxt = rows(results, "fractional-fit")["tenant-a"], rows(results, "fractional-next")["tenant-a"]
     assert fit.status == report.FAIL and "the model expects tenant-a-worker-0#0 (A100-80GB) ×3" in fit.detail
@@ -887,7 +900,7 @@ def test_oversize_fails_when_the_pod_is_pending_for_a_reason_the_model_does_not_
 
 
 def test_oversize_is_skipped_where_the_model_places_a_90000_mib_pod():
-    config = StackConfig.load({"tenants": [{"name": "big", "workers": [{"name": "big-0", "gpus": [{"model": "H200"}]}]}]})
+    config = StackConfig.load({"tenants": [real_gpus("big", "big-0", "H200")]})
     w = world(config)
     result = run_one(w, "oversize")["big"]
     assert result.status == report.SKIP and "places a 90000 MiB/30 % pod on big-0" in result.detail
