@@ -68,8 +68,8 @@ class JoinPermissions(pulumi.ComponentResource):
 class WorkerJoin(pulumi.ComponentResource):
     """A bootstrap token Secret in the tenant, then ``kubeadm join`` run on the machine.
 
-    The token lives in state (pulumi-random) and changes only with the machine, so the join
-    re-runs only when the token, the endpoint or the machine changes.
+    The token lives in state (pulumi-random) and changes only with the machine or the endpoint,
+    so the join re-runs only when one of them changes.
     """
 
     join: pulumi.Resource
@@ -88,7 +88,9 @@ class WorkerJoin(pulumi.ComponentResource):
     ) -> None:
         super().__init__("gpu-tenancy:worker:WorkerJoin", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        keepers = {"machine": machine.machine_id}
+        # A token outlives its use by at most TOKEN_TTL_HOURS, after which Kamaji's tokencleaner
+        # deletes it; any re-join (a new machine or a new endpoint) therefore gets a fresh one.
+        keepers = {"machine": machine.machine_id, "endpoint": endpoint}
         token_id = random.RandomString(f"{name}-token-id", length=6, special=False, upper=False, keepers=keepers, opts=child)
         token_secret = random.RandomString(
             f"{name}-token-secret",

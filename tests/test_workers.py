@@ -84,15 +84,18 @@ def test_token_is_never_in_plain_text(dev: harness.Render) -> None:
     assert random_secret["inputs"]["length"] == 16
 
 
-def test_token_lives_in_state_and_changes_only_with_the_machine(dev: harness.Render) -> None:
+def test_token_lives_in_state_and_changes_only_with_the_machine_or_endpoint(dev: harness.Render) -> None:
+    # A re-join more than a day later (a new endpoint) must not present a token the tokencleaner removed.
     container = dev.one(CONTAINER, "tenant-a-worker-0")
+    keepers = {"machine": "tenant-a-worker-0-id", "endpoint": "172.18.255.230:6443"}
     for name in ("tenant-a-worker-0-token-id", "tenant-a-worker-0-token-secret"):
         token = dev.one("random:index/randomString:RandomString", name)
         assert token["inputs"]["special"] is False and token["inputs"]["upper"] is False
-        assert container["urn"] in token["dependencies"]  # keepers: a new machine gets a new token
+        assert token["inputs"]["keepers"] == keepers
+        assert container["urn"] in token["dependencies"]
     expiry = dev.one("time:index/offset:Offset", "tenant-a-worker-0-token-expiry")
     assert expiry["inputs"]["offsetHours"] == 24
-    assert container["urn"] in expiry["dependencies"]
+    assert expiry["inputs"]["triggers"] == keepers
 
 
 def _der_element(data: bytes, offset: int) -> tuple[int, int, int]:
