@@ -15,9 +15,25 @@ import pulumi_docker as docker
 
 from gpu_tenancy import kubeadm
 from gpu_tenancy.conventions import ROLE_LABEL, TENANT_LABEL, WORKER_ROLE
+from gpu_tenancy.docker_host import NodeMounts
 from gpu_tenancy.versions import NODE_IMAGE_REPOSITORY
 
+from .docker_host import DockerHost
 from .worker_machine import secret_prelude
+
+
+def _volumes(mounts: NodeMounts) -> list[docker.ContainerVolumeArgs]:
+    volumes = [
+        docker.ContainerVolumeArgs(container_path="/var"),
+        docker.ContainerVolumeArgs(host_path="/lib/modules", container_path="/lib/modules", read_only=True),
+    ]
+    if mounts.dev_mapper:
+        volumes.append(docker.ContainerVolumeArgs(host_path="/dev/mapper", container_path="/dev/mapper"))
+    return volumes
+
+
+def _devices(mounts: NodeMounts) -> list[docker.ContainerDeviceArgs]:
+    return [docker.ContainerDeviceArgs(host_path="/dev/fuse", container_path="/dev/fuse")] if mounts.fuse else []
 
 
 class DockerWorkerMachine(pulumi.ComponentResource):
@@ -38,7 +54,7 @@ class DockerWorkerMachine(pulumi.ComponentResource):
         name: str,
         tenant: str,
         kubernetes_version: str,
-        network: pulumi.Input[str],
+        host: DockerHost,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("gpu-tenancy:worker:DockerWorkerMachine", name, None, opts)
@@ -57,14 +73,12 @@ class DockerWorkerMachine(pulumi.ComponentResource):
             image=image.image_id,
             # Only on kind's network (the provider detaches the default bridge), where the tenant
             # VIPs and the other nodes are.
-            networks_advanced=[docker.ContainerNetworksAdvancedArgs(name=network, aliases=[name])],
+            networks_advanced=[docker.ContainerNetworksAdvancedArgs(name=host.network, aliases=[name])],
             privileged=True,
             security_opts=["seccomp=unconfined", "apparmor=unconfined"],
             tmpfs={"/run": "", "/tmp": ""},
-            volumes=[
-                docker.ContainerVolumeArgs(container_path="/var"),
-                docker.ContainerVolumeArgs(host_path="/lib/modules", container_path="/lib/modules", read_only=True),
-            ],
+            volumes=host.node_mounts.apply(_volumes),
+            devices=host.node_mounts.apply(_devices),
             cgroupns_mode="private",
             init=False,
             tty=True,

@@ -9,6 +9,7 @@ import pulumi_kubernetes as k8s
 
 from gpu_tenancy.config import AddressPlan, ConfigError, StackConfig, address_plan
 
+from .docker_host import DockerHost
 from .kind_cluster import KindCluster
 from .management_cluster import ManagementCluster
 from .stack_config import fail
@@ -47,6 +48,14 @@ class Platform(pulumi.ComponentResource):
             addresses = pulumi.Output.from_input(_plan(config, None))
             worker_network = config.network.worker_network
 
+        # One engine runs every docker worker; it is asked about its storage once, and only if needed.
+        has_docker_workers = any(worker.ssh is None for tenant in config.tenants for worker in tenant.workers)
+        docker_host = (
+            DockerHost(f"{name}-docker-host", worker_network, child)
+            if has_docker_workers and worker_network is not None
+            else None
+        )
+
         # MetalLB when the program knows the pool: always with kind, with an existing cluster only
         # when network.pool is given (otherwise that cluster's own LoadBalancer serves the VIPs).
         with_pool = config.management.mode == "kind" or config.network.pool is not None
@@ -67,7 +76,7 @@ class Platform(pulumi.ComponentResource):
                 config.versions,
                 provider,
                 [management.kamaji, *management.load_balancer],
-                worker_network,
+                docker_host,
                 child,
             )
             for tenant in config.tenants

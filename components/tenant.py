@@ -13,6 +13,7 @@ from gpu_tenancy.config import Versions
 from gpu_tenancy.config import Worker as WorkerConfig
 from gpu_tenancy.conventions import TENANT_LABEL
 
+from .docker_host import DockerHost
 from .docker_worker_machine import DockerWorkerMachine
 from .gpu_registration import GpuRegistration
 from .hami import Hami
@@ -36,13 +37,13 @@ class Tenant(pulumi.ComponentResource):
         versions: Versions,
         management: k8s.Provider,
         control_plane_prerequisites: list[pulumi.Resource],
-        worker_network: pulumi.Input[str] | None,
+        docker_host: DockerHost | None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("gpu-tenancy:tenant:Tenant", config.name, None, opts)
         name = config.name
         child = pulumi.ResourceOptions(parent=self)
-        machines = {worker.name: self._machine(config, worker, worker_network) for worker in config.workers}
+        machines = {worker.name: self._machine(config, worker, docker_host) for worker in config.workers}
         nested_nodes = any(machine.nested for machine in machines.values())
         self.control_plane = TenantControlPlane(
             name,
@@ -109,10 +110,10 @@ class Tenant(pulumi.ComponentResource):
         }
         self.register_outputs(self.outputs)
 
-    def _machine(self, tenant: TenantConfig, worker: WorkerConfig, network: pulumi.Input[str] | None) -> WorkerMachine:
+    def _machine(self, tenant: TenantConfig, worker: WorkerConfig, docker_host: DockerHost | None) -> WorkerMachine:
         child = pulumi.ResourceOptions(parent=self)
         if worker.ssh is not None:
             return SshWorkerMachine(worker.name, worker.ssh, tenant.kubernetes_version, tenant.gpu_mode, child)
-        if network is None:  # config validation requires a network for docker workers
-            raise ValueError(f"docker worker {worker.name} has no network to join")
-        return DockerWorkerMachine(worker.name, tenant.name, tenant.kubernetes_version, network, child)
+        if docker_host is None:  # config validation requires a network for docker workers
+            raise ValueError(f"docker worker {worker.name} has no docker host to run on")
+        return DockerWorkerMachine(worker.name, tenant.name, tenant.kubernetes_version, docker_host, child)

@@ -121,6 +121,7 @@ def test_docker_workers_with_an_existing_cluster_need_a_worker_network() -> None
 
 
 def test_ssh_worker_is_prepared_over_ssh(prod: harness.Render) -> None:
+    assert prod.find("gpu-tenancy:worker:DockerHost") == []  # no docker worker, no docker engine asked
     prepare = prod.one(REMOTE, "gpu-host-1-prepare")["inputs"]
     connection = prepare["connection"]
     assert {key: connection[key] for key in ("host", "port", "user", "privateKey")} == {

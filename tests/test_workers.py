@@ -13,7 +13,7 @@ import pytest
 from gpu_tenancy import kubeadm, kubeconfig
 from tests.conftest import COMMAND, CONTAINER, K8S_PROVIDER, SECRET, TCP, dev_config, render_config
 from tests.shell import assert_valid_machine_script
-from tools import harness
+from tools import harness, mock_cloud
 
 ROLE = "kubernetes:rbac.authorization.k8s.io/v1:Role"
 BINDING = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
@@ -27,11 +27,33 @@ def test_machine_runs_the_way_kind_runs_its_nodes(dev: harness.Render) -> None:
     assert container["tmpfs"] == {"/run": "", "/tmp": ""}
     assert {"containerPath": "/var"} in container["volumes"]
     assert {"hostPath": "/lib/modules", "containerPath": "/lib/modules", "readOnly": True} in container["volumes"]
+    assert len(container["volumes"]) == 2 and container["devices"] == []  # overlay2 on ext4, rootful (mock_cloud)
     assert sorted(container["securityOpts"]) == ["apparmor=unconfined", "seccomp=unconfined"]
     assert container["cgroupnsMode"] == "private"
     labels = {label["label"]: label["value"] for label in container["labels"]}
     assert labels == {"gpu-tenancy.io/tenant": "tenant-a", "gpu-tenancy.io/role": "worker"}
     assert not any(key.startswith("io.x-k8s.kind") for key in labels)  # `kind delete cluster` would take it
+
+
+def test_engine_facts_are_read_once_and_feed_every_container(dev: harness.Render) -> None:
+    info = dev.one(COMMAND, "gpu-tenancy-docker-host-docker-info")
+    assert info["inputs"]["create"].startswith("docker info --format ")
+    for container in dev.find(CONTAINER):
+        assert info["urn"] in container["dependencies"]
+
+
+def test_containers_mount_what_the_engine_needs_as_kind_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Docker on btrfs, rootless: kind adds /dev/mapper (else kubelet: "failed to get rootfs info")
+    # and /dev/fuse (fuse-overlayfs).
+    monkeypatch.setattr(
+        mock_cloud,
+        "DOCKER_INFO",
+        '{"driver":"overlay2","driverStatus":[["Backing Filesystem","btrfs"]],'
+        '"securityOptions":["name=seccomp,profile=builtin","name=rootless"]}',
+    )
+    container = render_config(dev_config()).one(CONTAINER, "tenant-a-worker-0")["inputs"]
+    assert {"hostPath": "/dev/mapper", "containerPath": "/dev/mapper"} in container["volumes"]
+    assert container["devices"] == [{"hostPath": "/dev/fuse", "containerPath": "/dev/fuse"}]
 
 
 def test_machine_image_is_pulled_at_the_tenant_version() -> None:

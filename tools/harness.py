@@ -155,12 +155,14 @@ class _Cloud(pulumi_mocks.Mocks):
         return resource_id, state
 
     def _Command(self, args: pulumi_mocks.MockResourceArgs) -> dict:
-        # `kind get kubeconfig` and `docker network inspect kind`, the only commands whose output
-        # the program reads.
+        # `kind get kubeconfig`, `docker network inspect kind` and `docker info`, the only commands
+        # whose output the program reads.
         if args.name.endswith("-kind-cluster"):
             return {"stdout": mock_cloud.kubeconfig(args.inputs["environment"]["KIND_CLUSTER"], mock_cloud.MANAGEMENT_API)}
         if args.name.endswith("-kind-network"):
             return {"stdout": mock_cloud.KIND_SUBNETS + "\n"}
+        if args.name.endswith("-docker-info"):
+            return {"stdout": mock_cloud.DOCKER_INFO}
         return {"stdout": "", "stderr": ""}
 
     def _TenantControlPlane(self, args: pulumi_mocks.MockResourceArgs) -> dict:

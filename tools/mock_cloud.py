@@ -8,6 +8,8 @@ Every value here is a documented stand-in for something only a real host knows:
 * kubeconfigs carry a real CA and client certificate generated per cluster. Keys are derived from
   the cluster name and ECDSA signatures are deterministic (RFC 6979), so two renders of one config
   are byte-identical.
+* the docker engine is a Linux host's usual one: overlay2 on ext4, rootful, so worker containers
+  need neither /dev/mapper nor /dev/fuse (tests swap DOCKER_INFO for other engines).
 * TenantControlPlanes report Ready with their kubeconfig Secret, as Kamaji's status does; one
   without a requested address gets a TEST-NET-3 address from "the cluster's LoadBalancer".
 * Random strings, timestamps and ids are derived from resource names.
@@ -30,6 +32,12 @@ from cryptography.x509.oid import NameOID
 
 KIND_SUBNETS = "172.18.0.0/16 fc00:f853:ccd:e793::/64"
 KIND_GATEWAY = "172.18.0.1"
+# `docker info --format gpu_tenancy.docker_host.INFO_FORMAT` on Docker Engine 28 with overlay2 on ext4.
+DOCKER_INFO = (
+    '{"driver":"overlay2","driverStatus":[["Backing Filesystem","extfs"],["Supports d_type","true"],'
+    '["Using metacopy","false"],["Native Overlay Diff","true"],["userxattr","false"]],'
+    '"securityOptions":["name=apparmor","name=seccomp,profile=builtin","name=cgroupns"]}'
+)
 MANAGEMENT_API = "https://127.0.0.1:40123"
 EPOCH = "2026-12-01T00:00:00Z"
 _NOT_BEFORE = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
