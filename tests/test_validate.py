@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -314,6 +315,14 @@ class FakeKube:
         return [key for key, pod in self.pods.items() if RUN_LABEL in pod.view.labels]
 
 
+def canonical(quantity: int) -> str:
+    """A whole number as the API server returns a quantity it stored: 600000 reads "600k"."""
+    suffix = 0
+    while quantity and quantity % 1000 == 0 and suffix < 6:
+        quantity, suffix = quantity // 1000, suffix + 1
+    return f"{quantity}{['', 'k', 'M', 'G', 'T', 'P', 'E'][suffix]}"
+
+
 def tenant_node(worker_name: str, cards: Sequence[gpus.Card], *, ready: bool = True) -> NodeView:
     labels: dict[str, str] = {"gpu-tenancy.io/tenant": "x"}
     annotations: dict[str, str] = {}
@@ -322,9 +331,9 @@ def tenant_node(worker_name: str, cards: Sequence[gpus.Card], *, ready: bool = T
     if cards:
         labels["gpu"] = "on"
         annotations[gpus.REGISTER_ANNOTATION] = gpus.register_annotation(list(cards))
-        capacity[gpus.GPU_COUNT_RESOURCE] = str(gpus.gpu_capacity(list(cards)))
+        capacity[gpus.GPU_COUNT_RESOURCE] = canonical(gpus.gpu_capacity(list(cards)))
         memory, cores = gpus.inventory_totals(list(cards))
-        allocatable.update({gpus.GPU_MEMORY_RESOURCE: str(memory), gpus.GPU_CORES_RESOURCE: str(cores)})
+        allocatable.update({gpus.GPU_MEMORY_RESOURCE: canonical(memory), gpus.GPU_CORES_RESOURCE: canonical(cores)})
     return NodeView(worker_name, ready, labels, annotations, capacity, allocatable)
 
 
@@ -340,8 +349,8 @@ def fake_tenant(tenant: Tenant, index: int) -> FakeKube:
     if tenant.quota is not None:
         fake.namespaces.add(tenant.quota.namespace)
         fake.quotas[(tenant.quota.namespace, "gpu-quota")] = {
-            "limits.nvidia.com/gpumem": str(tenant.quota.gpumem),
-            "limits.nvidia.com/gpucores": str(tenant.quota.gpucores),
+            "limits.nvidia.com/gpumem": canonical(tenant.quota.gpumem),
+            "limits.nvidia.com/gpucores": canonical(tenant.quota.gpucores),
         }
     return fake
 
@@ -918,6 +927,19 @@ def test_quota_fails_when_the_quota_is_not_enforced_or_not_as_declared():
     assert run_one(w, "quota")["tenant-a"].detail == "no ResourceQuota default/gpu-quota"
 
 
+def test_quota_compares_quantities_not_their_spelling():
+    # The API server returns a declared 60000 as "60k"; that is what was declared.
+    raw = yaml.safe_load(DEV_FILE.read_text())["config"]
+    raw = {key.removeprefix("gpu-tenancy:"): value for key, value in raw.items()}
+    raw["tenants"][0]["quota"] = {"gpumem": 60000, "gpucores": 100}
+    w = world(StackConfig.load(raw))
+    assert w.tenants["tenant-a"].quotas[("default", "gpu-quota")]["limits.nvidia.com/gpumem"] == "60k"
+    quota = run_one(w, "quota")["tenant-a"]
+    assert "declared" not in quota.detail and quota.status != report.FAIL
+    assert checks._quantity_is("1k", 1000) and not checks._quantity_is("1k", 100)
+    assert not checks._quantity_is(None, 0) and not checks._quantity_is("lots", 1)
+
+
 def test_quota_fails_when_the_pod_is_refused_by_something_else_than_hamis_quota():
     w = world()
     w.tenants["tenant-a"].refusals["validate-abc123-quota-4"] = ApiRefused(
@@ -1096,6 +1118,34 @@ def test_an_interrupted_cli_run_cleans_up_and_exits_130(tmp_path):
     )
     assert code == 130 and out == "" and "interrupted" in err
     assert all(fake.leftovers() == [] and len(fake.deleted_namespaces) == 1 for fake in w.tenants.values())
+
+
+def test_sigterm_is_an_interrupt_too(tmp_path):
+    # A cancelled CI job sends SIGTERM; the CLI must take the same way out as Ctrl-C.
+    bin_dir, started = tmp_path / "bin", tmp_path / "started"
+    bin_dir.mkdir()
+    fake = bin_dir / "pulumi"
+    fake.write_text(f"#!/bin/sh\n: > {started}\nexec sleep 30\n")
+    fake.chmod(0o755)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tools.validate", "--stack", "dev"],
+        cwd=PROJECT_DIR,
+        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not started.exists():
+            assert process.poll() is None and time.monotonic() < deadline, "the CLI never asked pulumi for the outputs"
+            time.sleep(0.05)
+        process.terminate()
+        _, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
 
 
 def test_a_namespace_that_cannot_be_deleted_is_reported():

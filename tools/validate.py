@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -101,6 +102,24 @@ def main(
         return UNAVAILABLE
     settings = replace(settings or Settings(), max_fit_pods=args.max_fit_pods)
     try:
+        return _validate(args, stdout, stderr, connector, runner, which, clock, settings)
+    except KeyboardInterrupt:
+        # run_checks has already deleted what the interrupted check and the run created.
+        stderr.write("validate: interrupted; the run's probe pods and namespaces were deleted\n")
+        return 130
+
+
+def _validate(
+    args: argparse.Namespace,
+    stdout: TextIO,
+    stderr: TextIO,
+    connector: Connector,
+    runner: Runner,
+    which: Callable[[str], str | None],
+    clock: Clock | None,
+    settings: Settings,
+) -> int:
+    try:
         outputs = load_outputs(args, runner, which)
         declared = load_declared(args.config or PROJECT_DIR / f"Pulumi.{args.stack}.yaml")
         run = open_run(
@@ -117,12 +136,7 @@ def main(
     except StackUnavailable as error:
         stderr.write(f"validate: {error}\n")
         return UNAVAILABLE
-    try:
-        results = run_checks(run)
-    except KeyboardInterrupt:
-        # run_checks has already deleted what the interrupted check and the run created.
-        stderr.write("validate: interrupted; the run's probe pods and namespaces were deleted\n")
-        return 130
+    results = run_checks(run)
     stdout.write(table(results) + "\n")
     code = exit_code(results)
     for path in args.report:
@@ -134,5 +148,12 @@ def main(
     return code
 
 
+def _interrupt_on_terminate(_signum: int, _frame: object) -> None:
+    # A cancelled CI job sends SIGTERM; raising KeyboardInterrupt runs the same cleanup as Ctrl-C
+    # (probe pods and scratch namespaces deleted) instead of leaving them in the tenants.
+    raise KeyboardInterrupt
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _interrupt_on_terminate)
     sys.exit(main())

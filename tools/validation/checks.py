@@ -349,12 +349,12 @@ def _registration_problems(declared: Tenant, nodes: Mapping[str, NodeView]) -> l
         if node.labels.get(key) != value:
             problems.append(f"{worker.name}: not labelled {key}={value}")
         live = registered_node(node, worker.name)
-        capacity = str(gpus.gpu_capacity(worker.cards))
+        capacity = gpus.gpu_capacity(worker.cards)
         if declared.gpu_mode == "nvidia":
             healthy = [device for device in live.devices if device.health]
             if len(healthy) != len(worker.cards):
                 problems.append(f"{worker.name}: {len(healthy)} healthy card(s) registered, {len(worker.cards)} declared")
-            if node.allocatable.get(gpus.GPU_COUNT_RESOURCE) != capacity:
+            if not _quantity_is(node.allocatable.get(gpus.GPU_COUNT_RESOURCE), capacity):
                 got = node.allocatable.get(gpus.GPU_COUNT_RESOURCE)
                 problems.append(f"{worker.name}: allocatable {gpus.GPU_COUNT_RESOURCE} {got}, want {capacity}")
             continue
@@ -362,13 +362,13 @@ def _registration_problems(declared: Tenant, nodes: Mapping[str, NodeView]) -> l
             problems.append(
                 f"{worker.name}: {gpus.REGISTER_ANNOTATION} registers {len(live.devices)} card(s) unlike the declared ones"
             )
-        if node.capacity.get(gpus.GPU_COUNT_RESOURCE) != capacity:
+        if not _quantity_is(node.capacity.get(gpus.GPU_COUNT_RESOURCE), capacity):
             problems.append(
                 f"{worker.name}: capacity {gpus.GPU_COUNT_RESOURCE} {node.capacity.get(gpus.GPU_COUNT_RESOURCE)}, want {capacity}"
             )
         memory, cores = gpus.inventory_totals(worker.cards)
         for resource, want in ((gpus.GPU_MEMORY_RESOURCE, memory), (gpus.GPU_CORES_RESOURCE, cores)):
-            if node.allocatable.get(resource) != str(want):
+            if not _quantity_is(node.allocatable.get(resource), want):
                 problems.append(
                     f"{worker.name}: allocatable {resource} {node.allocatable.get(resource)}, want {want} (mock device plugin)"
                 )
@@ -620,16 +620,30 @@ def check_oversize(run: Run, target: Target, cleanup: Cleanup) -> list[Result]:
     return [_expect_pending(run, kube, "oversize", target.name, target.scratch, plan.refused, cleanup)]
 
 
+def _quantity_is(live: str | None, want: int) -> bool:
+    """Whether a quantity as the API server returns it is ``want``.
+
+    The server stores quantities in canonical form, so a declared 600000 reads back as "600k"
+    (k8s.io/apimachinery:pkg/api/resource/quantity.go, CanonicalizeBytes).
+    """
+    if live is None:
+        return False
+    try:
+        return placement.parse_quantity(live) == want
+    except placement.PlacementInputError:
+        return False
+
+
 def check_quota(run: Run, target: Target, cleanup: Cleanup) -> list[Result]:
     kube, declared = require_kube(target), _require_declared(run, target)
     quota = placement.quota_for_tenant(declared)
     if quota is None:
         return [skipped("quota", target.name, f"{target.name} declares no GPU quota")]
     hard = kube.get_resource_quota(quota.namespace, QUOTA_NAME)
-    want_hard = {f"limits.{placement.GPUMEM}": str(quota.gpumem), f"limits.{placement.GPUCORES}": str(quota.gpucores)}
+    want_hard = {f"limits.{placement.GPUMEM}": quota.gpumem, f"limits.{placement.GPUCORES}": quota.gpucores}
     if hard is None:
         return [failed("quota", target.name, f"no ResourceQuota {quota.namespace}/{QUOTA_NAME}")]
-    if {key: hard.get(key) for key in want_hard} != want_hard:
+    if not all(_quantity_is(hard.get(key), want) for key, want in want_hard.items()):
         return [failed("quota", target.name, f"ResourceQuota {quota.namespace}/{QUOTA_NAME} is {hard}, declared {want_hard}")]
     model = _model_for(kube, declared)
     usage = model.usage

@@ -82,7 +82,18 @@ def read_pulumi_outputs(
         raise StackUnavailable("the Pulumi CLI is not on PATH: run `make validate` (it fetches it) or install pulumi")
     command = ["pulumi", "stack", "output", "--json", "--show-secrets", "--stack", stack]
     try:
-        done = run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+        # UTF-8 whatever the locale (a C locale would fail on any non-ASCII output); no stdin, so
+        # the CLI can never wait on a prompt.
+        done = run(
+            command,
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            stdin=subprocess.DEVNULL,
+            timeout=timeout,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         raise StackUnavailable(f"`pulumi stack output --stack {stack}` did not answer within {timeout:.0f}s") from None
     except OSError as error:
