@@ -152,18 +152,20 @@ class Device:
     usedcores: int = 0
 
     @classmethod
-    def from_register_entry(cls, entry: Mapping[str, object], where: str = "device") -> Device:
+    def from_register_entry(cls, entry: Mapping[str, object], where: str = "device", *, strict: bool = True) -> Device:
         """Decode a ``hami.io/node-nvidia-register`` entry, optionally with usage counters.
 
         Omitted keys take Go's zero values, as ``json.Unmarshal`` into ``DeviceInfo`` does: no
         ``health`` means an unhealthy card and no ``count`` a card every request finds
-        exhausted (hami.md §2.3).
+        exhausted (hami.md §2.3). ``strict`` refuses unknown keys, for input a person wrote (a
+        typo would otherwise vanish); what HAMi itself wrote is read as Go reads it, ignoring keys
+        a HAMi build may add (``devicepairscore``, ``migtemplate``).
         """
         if not isinstance(entry, Mapping):
             raise PlacementInputError(f"{where}: expected an object, got {type(entry).__name__}")
         known = {"id", "index", "count", "devmem", "devcore", "type", "numa", "mode", "health", "used", "usedmem", "usedcores"}
         unknown = sorted(set(entry) - known - {"migProfiles", "devicevendor", "custominfo"})
-        if unknown:
+        if unknown and strict:
             raise PlacementInputError(f"{where}: unknown key(s) {', '.join(unknown)}")
         card_id = entry.get("id")
         if not isinstance(card_id, str) or not card_id:
@@ -222,8 +224,8 @@ class Node:
         return bool(self.devices)
 
     @classmethod
-    def from_register_entries(cls, name: str, entries: Iterable[Mapping[str, object]]) -> Node:
-        devices = [Device.from_register_entry(entry, f"{name}.devices[{i}]") for i, entry in enumerate(entries)]
+    def from_register_entries(cls, name: str, entries: Iterable[Mapping[str, object]], *, strict: bool = True) -> Node:
+        devices = [Device.from_register_entry(entry, f"{name}.devices[{i}]", strict=strict) for i, entry in enumerate(entries)]
         ids = [device.id for device in devices]
         duplicates = sorted({card_id for card_id in ids if ids.count(card_id) > 1})
         if duplicates:

@@ -626,6 +626,9 @@ def test_device_decoding_uses_go_zero_values():
         Device.from_register_entry({"id": "GPU-x", "count": "10"})
     with pytest.raises(PlacementInputError, match="unknown key"):
         Device.from_register_entry({"id": "GPU-x", "memory": 1})
+    # What HAMi wrote is read as Go reads it: keys a HAMi build adds are ignored.
+    lenient = Device.from_register_entry({"id": "GPU-x", "devmem": 100, "devicepairscore": {}}, strict=False)
+    assert lenient.devmem == 100
 
 
 def test_duplicate_names_are_refused():

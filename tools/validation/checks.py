@@ -323,7 +323,7 @@ def registered_node(node: NodeView | None, name: str) -> placement.Node:
     """The cards HAMi sees on a live node (its register annotation); none when unreadable."""
     raw = node.annotations.get(gpus.REGISTER_ANNOTATION) if node is not None else None
     try:
-        return placement.Node.from_register_entries(name, json.loads(raw or "null") or [])
+        return placement.Node.from_register_entries(name, json.loads(raw or "null") or [], strict=False)
     except (ValueError, TypeError):
         return placement.Node(name)
 
