@@ -1638,6 +1638,10 @@ def test_connect_refuses_a_malformed_kubeconfig_without_quoting_it():
     assert SECRET not in str(error.value)
     with pytest.raises(KubeError, match="no usable current cluster"):
         kube.connect(yaml.safe_dump({"clusters": [], "users": [], "contexts": []}))
+    # Entries of the wrong shape are refused the same way, never with a traceback.
+    for malformed in ({"clusters": [{"cluster": {}}]}, {"clusters": "x"}, {"clusters": [{"name": "c", "cluster": {}}]}):
+        with pytest.raises(KubeError, match="unusable"):
+            kube.connect(yaml.safe_dump(malformed))
 
 
 def test_outputs_keep_kubeconfigs_out_of_their_repr():

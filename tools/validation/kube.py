@@ -472,12 +472,13 @@ def connect(kubeconfig: str, *, server: str | None = None, verify: bool = True) 
         raise KubeError("the kubeconfig is not YAML") from None
     if not isinstance(document, dict):
         raise KubeError("the kubeconfig is not a YAML mapping")
-    document = retarget(document, server, verify)
     configuration = type.__call__(client.Configuration)
     configuration.retries = RETRIES
     try:
+        document = retarget(document, server, verify)
+        endpoint = str(_current_cluster(document)["server"])
         api_client = kube_config.new_client_from_config_dict(document, persist_config=False, client_configuration=configuration)
-    except (ConfigException, ValueError, KeyError, TypeError) as error:
+    except (ConfigException, ValueError, KeyError, TypeError, AttributeError) as error:
         # The message could quote the kubeconfig; its type is enough to say it is unusable.
         raise KubeError(f"the kubeconfig is unusable ({type(error).__name__})") from None
     apis = Apis(
@@ -487,4 +488,4 @@ def connect(kubeconfig: str, *, server: str | None = None, verify: bool = True) 
         admission=client.AdmissionregistrationV1Api(api_client),
         version=client.VersionApi(api_client),
     )
-    return LiveKube(apis, _current_cluster(document)["server"], insecure=not verify)
+    return LiveKube(apis, endpoint, insecure=not verify)
