@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -26,3 +27,9 @@ def assert_valid_machine_script(text: str) -> None:
     subprocess.run(["sh", "-n"], input=text.encode(), check=True)
     findings = shellcheck(text, excludes=PRELUDE_EXCLUDES)
     assert not findings, f"{findings}\n--- script ---\n{text}"
+
+
+def executable(path: Path, text: str) -> None:
+    """Write a stand-in program (a script with its #! line) and make it executable."""
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)

@@ -5,22 +5,21 @@ Paths under /etc are moved into a temporary directory; everything else runs as o
 
 from __future__ import annotations
 
-import stat
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from gpu_tenancy import kubeadm
+from tests.shell import executable
 
 ENDPOINT = "172.18.255.230:6443"
 LABELS = {"gpu": "on", "gpu-tenancy.io/tenant": "tenant-a"}
 
 
 def tool(bin_dir: Path, name: str, body: str) -> None:
-    path = bin_dir / name
-    path.write_text(f'#!/bin/sh\necho "{name} $*" >> "$LOG"\n{body}\n')
-    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    """A stand-in that logs its call and then runs ``body``."""
+    executable(bin_dir / name, f'#!/bin/sh\necho "{name} $*" >> "$LOG"\n{body}\n')
 
 
 def run_join(tmp_path: Path, *, failing_joins: int = 0, runtime_starts_after: int = 0) -> tuple[int, list[str], Path]:

@@ -16,16 +16,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PROJECT_DIR
-from tests.shell import assert_valid_machine_script, shellcheck
+from tests.shell import assert_valid_machine_script, executable, shellcheck
 
 BASH = shutil.which("bash") or "/bin/bash"
 FETCH = PROJECT_DIR / "scripts" / "fetch-tools.sh"
 PULUMI_ENV = PROJECT_DIR / "scripts" / "pulumi-env.sh"
-
-
-def executable(path: Path, text: str) -> None:
-    path.write_text(text)
-    path.chmod(path.stat().st_mode | stat.S_IEXEC)
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from kubernetes.client.exceptions import ApiException
 from gpu_tenancy import gpus, placement
 from gpu_tenancy.config import StackConfig, Tenant
 from gpu_tenancy.stack_file import load_stack_config
+from tests.shell import executable
 from tools import validate
 from tools.validation import checks, expect, kube, outputs, report, runner
 from tools.validation.context import RUN_LABEL, Cleanup, Run, Settings, Target
@@ -1132,9 +1133,7 @@ def test_sigterm_is_an_interrupt_too(tmp_path):
     # A cancelled CI job sends SIGTERM; the CLI must take the same way out as Ctrl-C.
     bin_dir, started = tmp_path / "bin", tmp_path / "started"
     bin_dir.mkdir()
-    fake = bin_dir / "pulumi"
-    fake.write_text(f"#!/bin/sh\n: > {started}\nexec sleep 30\n")
-    fake.chmod(0o755)
+    executable(bin_dir / "pulumi", f"#!/bin/sh\n: > {started}\nexec sleep 30\n")
     process = subprocess.Popen(
         [sys.executable, "-m", "tools.validate", "--stack", "dev"],
         cwd=PROJECT_DIR,
