@@ -91,6 +91,7 @@ def test_bench_reports_the_graph_of_each_size(monkeypatch: pytest.MonkeyPatch, c
             "startupSeconds": 1.0,
             "renderSeconds": 0.1 * tenants,
             "floorSeconds": 0.04 * tenants,
+            "replaySeconds": 0.08 * tenants,
             "peakMemoryMiB": 100.0,
             "criticalPath": 9,
             "criticalPathSteps": ["a", "b"],
@@ -104,12 +105,13 @@ def test_bench_reports_the_graph_of_each_size(monkeypatch: pytest.MonkeyPatch, c
     assert calls == [2, 10]
     assert rows[1]["marginalMsPerTenant"] == 100.0
     assert rows[1]["floorMsPerTenant"] == 40.0
+    assert rows[1]["replayMsPerTenant"] == 80.0
     assert "marginalMsPerTenant" not in rows[0]
 
     assert bench.main(["--tenants", "2,10"]) == 0
     table = capsys.readouterr().out
-    assert "SDK FLOOR(ms/tenant)" in table.splitlines()[0]
-    assert table.splitlines()[2].split()[3:5] == ["100.0", "40.0"]
+    assert "SDK FLOOR(ms/tenant)  REPLAY FLOOR(ms/tenant)" in table.splitlines()[0]
+    assert table.splitlines()[2].split()[3:6] == ["100.0", "40.0", "80.0"]
     assert "interpreter: CPython 3.11.7 (/usr/bin/python3)" in table
 
 
@@ -120,6 +122,7 @@ def test_bench_measures_a_real_render_in_a_fresh_process() -> None:
     assert row["criticalPath"] == len(row["criticalPathSteps"]) >= 5
     assert row["renderSeconds"] > 0 and row["peakMemoryMiB"] > 50
     assert 0 < row["floorSeconds"] < row["renderSeconds"]
+    assert row["replaySeconds"] > 0
     assert row["python"].startswith(platform.python_implementation())
 
 
@@ -129,3 +132,21 @@ def test_the_floor_program_registers_bare_resources_in_place_of_the_project() ->
         ("gpu-tenancy:bench:Bare", f"bare-{i}", {"name": f"bare-{i}"}) for i in range(3)
     ]
     assert render.outputs == {}
+
+
+def test_the_replay_program_registers_the_renders_resources_again() -> None:
+    original = harness.render(bench._as_config(2), stack="bench", show_secrets=True)
+    replay = harness.render({}, stack="bench", program=bench.replay_program(original.resources))
+
+    def kinds(render: harness.Render) -> list[tuple[str, str, bool, bool]]:
+        return sorted((r["type"], r["name"], r["custom"], "read" in r) for r in render.resources)
+
+    assert kinds(replay) == kinds(original)
+    # Each resource carries as many inputs as in the program, under the SDK class's property names.
+    replayed = {(r["type"], r["name"]): r["inputs"] for r in replay.resources}
+    for record in original.resources:
+        assert len(replayed[record["type"], record["name"]]) == len(record["inputs"]), record["name"]
+    container = next(r for r in replay.resources if r["type"] == "docker:index/container:Container")
+    assert container["inputs"]["networks_advanced"][0]["name"] == "kind"
+    # Nothing flows between the replayed resources: that is the program's work, left out.
+    assert all(r["dependencies"] == [] for r in replay.resources)
