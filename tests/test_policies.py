@@ -737,8 +737,30 @@ def test_a_preview_of_a_fresh_stack_skips_unknowns_without_failing(dev_preview: 
     report = policycheck.check_document(dev_preview.to_json())
     assert report.mandatory == []
     assert not [v for v in report.violations if "can't run policy" in v.message]
-    # What a preview can know is still checked: the moving Kamaji chart and the shared DataStore.
-    assert {v.policy for v in report.violations} == {"pinned-versions-exceptions", "shared-datastore"}
+    # Resource policies see inputs: the moving Kamaji chart is still reported. Stack policies see
+    # no outputs of the control planes yet, so which tenants share a DataStore is unknown.
+    assert {v.policy for v in report.violations} == {"pinned-versions-exceptions"}
+
+
+def test_a_fresh_preview_gives_stack_policies_no_outputs_behind_unconfigured_providers(dev_preview: harness.Render) -> None:
+    records = dev_preview.to_json()["resources"]
+    outputs = policycheck.engine_outputs(records, {r["urn"]: r["inputs"] for r in records})
+    empty = {(r["type"], r["name"]) for r in records if outputs[r["urn"]] == {} and r["inputs"] != {}}
+    # The management provider's kubeconfig comes from kind, a tenant's from its TCP: both unknown.
+    assert (TCP, "tenant-a") in empty
+    assert ("kubernetes:helm.sh/v3:Release", "tenant-b-hami") in empty
+    assert ("kubernetes:helm.sh/v3:Release", "gpu-tenancy-management-kamaji") in empty
+    # Commands and containers run through providers configured from the stack: theirs echo inputs.
+    assert not {kind for kind, _ in empty} & {COMMAND, CONTAINER}
+
+
+def test_a_fresh_preview_still_checks_the_workers_it_can_see(dev_preview: harness.Render) -> None:
+    document = dev_preview.to_json()
+    record(document, CONTAINER, "tenant-a-worker-0")["inputs"]["labels"][0].update(value="tenant-b")
+    report = policycheck.check_document(document)
+    assert [(v.policy, v.message.split(" but ")[1]) for v in report.mandatory] == [
+        ("tenant-worker-isolation", "is labelled gpu-tenancy.io/tenant=tenant-b")
+    ]
 
 
 def test_unknowns_anywhere_in_a_control_plane_are_skipped(base: dict) -> None:

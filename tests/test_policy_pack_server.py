@@ -135,6 +135,8 @@ def analyze(analyzer: analyzer_pb2_grpc.AnalyzerStub, masked: dict, shown: dict)
             message = diagnostic.message.removeprefix(diagnostic.description).removeprefix("\n")
             found.add((LEVELS[diagnostic.enforcementLevel], diagnostic.policyName, diagnostic.urn or urn, message))
 
+    # AnalyzeStack gets outputs: none behind a provider a preview cannot configure.
+    outputs = policycheck.engine_outputs(masked["resources"], props)
     stack_resources = []
     for record in masked["resources"]:
         options = analyzer_pb2.AnalyzerResourceOptions(parent=record["parent"] or "")
@@ -143,7 +145,7 @@ def analyze(analyzer: analyzer_pb2_grpc.AnalyzerStub, masked: dict, shown: dict)
         stack_resources.append(
             analyzer_pb2.AnalyzerResource(
                 type=record["type"],
-                properties=properties,
+                properties=_struct(outputs[record["urn"]]),
                 urn=record["urn"],
                 name=record["name"],
                 options=options,

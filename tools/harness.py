@@ -93,7 +93,9 @@ class Render:
 def _plain(value: Any, show_secrets: bool) -> Any:
     """Engine values as JSON: secrets masked unless asked, unknowns marked."""
     if rpc.is_rpc_secret(value):
-        return _plain(value["value"], show_secrets) if show_secrets else SECRET
+        inner = _plain(value["value"], show_secrets=True)
+        # A secret not known yet reveals nothing, and what is unknown matters to readers (policycheck).
+        return inner if show_secrets or inner == UNKNOWN else SECRET
     if isinstance(value, Unknown) or (isinstance(value, str) and value == rpc.UNKNOWN):
         return UNKNOWN
     if isinstance(value, Mapping):

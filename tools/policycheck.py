@@ -10,9 +10,11 @@ Renders the program (as ``tools.render`` does) or reads a rendered document, bui
 policy objects. Prints one line per violation, ``LEVEL policy-name urn: message``, then a summary
 on stderr. Exit status 1 when a mandatory policy is violated, 0 otherwise, 2 on unusable input.
 
-Differences from ``pulumi preview --policy-pack policies``: props are the render's inputs for
-stack policies too (a real run gives outputs, which echo them), and a --resources document with
-masked secrets ("[secret]") hides those values, so rules that need them skip.
+Stack policies get what the engine gives them, outputs: in a --preview, a resource whose provider
+has an unknown input (a fresh stack's management and tenant providers) has none, as
+``pulumi preview`` reports it (see policies/gpu_tenancy_policies/stack.py); otherwise the render's
+inputs stand in for the outputs, which echo them. A --resources document with masked secrets
+("[secret]") hides those values, so rules that need them skip.
 """
 
 from __future__ import annotations
@@ -183,8 +185,29 @@ def _default_provider(record: Mapping[str, Any]) -> PolicyProviderResource | Non
 @dataclass
 class _Analyzed:
     records: list[Mapping[str, Any]]
-    resources: list[PolicyResource]
+    resources: list[PolicyResource]  # props = inputs, what resource policies get
+    stack_resources: list[PolicyResource]  # props = outputs, what stack policies get
     masked: int
+
+
+def _has_unknown(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(_has_unknown(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_has_unknown(item) for item in value)
+    return value == UNKNOWN
+
+
+def engine_outputs(records: list[Mapping[str, Any]], props: Mapping[str, Any]) -> dict[str, Any]:
+    """Each resource's outputs as a preview reports them to AnalyzeStack, given its inputs ``props``.
+
+    A provider with an unknown input is not configured in a preview, and the engine returns no
+    outputs for what it would create or read (provider_plugin.go, ``Create``/``Read``); the
+    outputs of the rest echo their inputs.
+    """
+    providers = [record for record in records if record["type"].startswith("pulumi:providers:")]
+    unconfigured = {record["urn"] for record in providers if _has_unknown(record.get("inputs"))}
+    return {record["urn"]: {} if record.get("provider") in unconfigured else props[record["urn"]] for record in records}
 
 
 def analyze(document: Any) -> _Analyzed:
@@ -210,25 +233,28 @@ def analyze(document: Any) -> _Analyzed:
             return PolicyProviderResource(provider["type"], unknown_checking_proxy(props[urn]), urn, provider["name"])
         return _default_provider(record)
 
-    resources = [
-        PolicyResource(
-            record["type"],
-            unknown_checking_proxy(props[record["urn"]]),
-            record["urn"],
-            record["name"],
-            _options(record.get("parent")),
-            provider_of(record),
-            None,
-            [],
-            {},
-        )
-        for record in records
-    ]
-    linked = {resource.urn: resource for resource in resources}
-    for record, resource in zip(records, resources, strict=True):
-        resource.parent = linked.get(record.get("parent") or "")
-        resource.dependencies = [linked[urn] for urn in record.get("dependencies", []) if urn in linked]
-    return _Analyzed(records, resources, masked[0])
+    def linked(values: Mapping[str, Any]) -> list[PolicyResource]:
+        resources = [
+            PolicyResource(
+                record["type"],
+                unknown_checking_proxy(values[record["urn"]]),
+                record["urn"],
+                record["name"],
+                _options(record.get("parent")),
+                provider_of(record),
+                None,
+                [],
+                {},
+            )
+            for record in records
+        ]
+        by_resource_urn = {resource.urn: resource for resource in resources}
+        for record, resource in zip(records, resources, strict=True):
+            resource.parent = by_resource_urn.get(record.get("parent") or "")
+            resource.dependencies = [by_resource_urn[urn] for urn in record.get("dependencies", []) if urn in by_resource_urn]
+        return resources
+
+    return _Analyzed(records, linked(props), linked(engine_outputs(records, props)), masked[0])
 
 
 def check_document(document: Any, policy_config: Any = None) -> Report:
@@ -259,7 +285,7 @@ def check_document(document: Any, policy_config: Any = None) -> Report:
                 )
                 _evaluate(report, policy, level, resource.urn, args)
         else:
-            _evaluate(report, policy, level, stack_urn, StackValidationArgs(analyzed.resources, properties))
+            _evaluate(report, policy, level, stack_urn, StackValidationArgs(analyzed.stack_resources, properties))
     return report
 
 

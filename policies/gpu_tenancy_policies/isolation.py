@@ -64,12 +64,14 @@ def check(stack: StackView) -> Iterator[Finding]:
         if machine is not None:
             machine_tenants[machine].add(tenant)
         plane = planes.get(tenant)
-        if plane is None:
+        if plane is not None:
+            yield from _endpoint(command, env.get(kinds.ENV_JOIN_ENDPOINT), tenant, plane.endpoints(), endpoint_owner)
+        elif stack.all_tenants_known:
+            # (Otherwise a preview in which some control plane is still unknown as a whole.)
             yield Finding(
                 f"join {command.name} is for tenant {tenant!r}, which has no TenantControlPlane in this stack", command.urn
             )
             continue
-        yield from _endpoint(command, env.get(kinds.ENV_JOIN_ENDPOINT), tenant, plane.endpoints(), endpoint_owner)
         yield from _tokens(stack, command, tenant)
         for container in containers:
             yield from _container_labels(container, tenant, f"joins tenant {tenant!r} (through {command.name})")

@@ -4,6 +4,12 @@ Resource rules get a ``ResourceView`` of ``ResourceValidationArgs`` (props = inp
 ``StackView`` of ``StackValidationArgs`` (props = outputs in a real run, which for commands, custom
 resources and releases echo the inputs under the same keys). Both carry plain props with
 ``UNKNOWN`` for what a preview cannot know (see values.py).
+
+A stack rule may also see no props at all: in a preview, a resource whose provider's own inputs
+are unknown (a fresh stack's management and tenant providers, built from kubeconfigs that do not
+exist yet) gets no outputs from the engine (pulumi/pulumi pkg/resource/plugin/provider_plugin.go,
+``Create`` and ``Read`` when ``!pcfg.known``), and AnalyzeStack hands rules those outputs
+(step_generator.go, ``AnalyzeResources``). Such a resource is unknown as a whole.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ class ResourceView:
     urn: str
     type: str
     name: str
-    props: dict[str, Any]
+    props: dict[str, Any] | Any  # UNKNOWN when the engine gave a stack rule no props at all
     provider: ProviderRef | None = None
     dependencies: tuple[str, ...] = ()
     property_dependencies: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -56,11 +62,12 @@ class ResourceView:
 
     @classmethod
     def of_resource(cls, resource: PolicyResource) -> ResourceView:
+        props = plain(resource.props)
         return cls(
             resource.urn,
             resource.resource_type,
             resource.name,
-            plain(resource.props),
+            props if props else UNKNOWN,
             ProviderRef.of(resource.provider),
             tuple(dependency.urn for dependency in resource.dependencies),
             {key: tuple(item.urn for item in items) for key, items in (resource.property_dependencies or {}).items()},
@@ -207,6 +214,11 @@ class StackView:
     @cached_property
     def tenants(self) -> set[str]:
         return {plane.tenant for plane in self.control_planes if isinstance(plane.tenant, str)}
+
+    @cached_property
+    def all_tenants_known(self) -> bool:
+        """Whether every TenantControlPlane's tenant can be read: only then is a missing one missing."""
+        return all(isinstance(plane.tenant, str) for plane in self.control_planes)
 
     @cached_property
     def management_providers(self) -> set[str]:
