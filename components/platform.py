@@ -40,7 +40,8 @@ class Platform(pulumi.ComponentResource):
             # The pool and VIPs depend on the kind network's subnet, which exists only after kind
             # has run; in a preview of an empty host they stay unknown.
             addresses = kind.node_subnets.apply(lambda subnets: _plan(config, subnets))
-            worker_network = kind.network
+            # Workers start only once the addresses passed the checks against the live network.
+            worker_network = pulumi.Output.all(kind.network, addresses).apply(lambda values: values[0])
         else:
             assert config.management.kubeconfig is not None  # required by config validation
             self.management_kubeconfig = pulumi.Output.secret(config.management.kubeconfig)

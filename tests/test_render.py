@@ -68,6 +68,19 @@ def test_a_live_network_conflict_is_reported_before_any_tenant_exists() -> None:
     with pytest.raises(harness.RenderError) as caught:
         render_config(config)
     assert "tenants[1].serviceCidr: 172.18.0.0/24 overlaps the node network 172.18.0.0/16" in str(caught.value)
+    # Of the tenants, only what needs nothing from the network was registered before the check:
+    # their namespaces and node-image pulls. No control plane, no worker container, no join.
+    tenant_owned = {
+        (r["type"].rsplit(":", 1)[-1], r["name"])
+        for r in caught.value.registered
+        if r["custom"] and r["name"].startswith(("tenant-a", "tenant-b"))
+    }
+    assert tenant_owned == {
+        ("Namespace", "tenant-a-namespace"),
+        ("Namespace", "tenant-b-namespace"),
+        ("RemoteImage", "tenant-a-worker-0-image"),
+        ("RemoteImage", "tenant-b-worker-0-image"),
+    }
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -48,7 +48,15 @@ UNKNOWN = "[unknown]"
 
 
 class RenderError(Exception):
-    """The program refused the configuration (exit status 2 in the CLIs)."""
+    """The program refused the configuration (exit status 2 in the CLIs).
+
+    ``registered`` holds the resources the program had already registered: a refusal that comes
+    late (from a live value) must come before anything that depends on the refused value.
+    """
+
+    def __init__(self, message: str, registered: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.registered = registered or []
 
 
 @dataclass
@@ -400,7 +408,7 @@ def _run_program(
     try:
         _sync_await(run_pulumi_func(program))
     except pulumi.RunError as error:
-        raise RenderError(str(error)) from None
+        raise RenderError(str(error), monitor.records) from None
     outputs = _sync_await(_resolve(dict(get_root_resource().outputs), show_secrets))
     resources = [{**record, "inputs": _plain(record["inputs"], show_secrets)} for record in monitor.records]
     return Render(stack, resources, outputs, preview)
