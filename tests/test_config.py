@@ -271,8 +271,10 @@ def test_quota_values_must_be_non_negative_integers() -> None:
     raw = dev_config()
     raw["tenants"][0]["quota"] = {"gpumem": "lots", "gpucores": -1}
     found = dict(problems(raw))
-    assert "tenants[0].quota.gpumem" in found
-    assert "tenants[0].quota.gpucores" in found
+    assert "valid integer" in found["tenants[0].quota.gpumem"]
+    assert "greater than or equal to 0" in found["tenants[0].quota.gpucores"]
+    raw["tenants"][0]["quota"] = {"gpumem": -5, "gpucores": 0}
+    assert "greater than or equal to 0" in dict(problems(raw))["tenants[0].quota.gpumem"]
 
 
 def test_several_problems_are_reported_together() -> None:

@@ -93,6 +93,13 @@ def test_json_usage_policy_and_config_are_honoured():
     # binpack takes the already used card; defaultMemory fills in the missing gpumem.
     assert pod["devices"] == [[{"id": "GPU-l4-0", "index": 0, "usedmem": 3000, "usedcores": 10}]]
 
+    # The node policy: binpack fills the node already in use, spread the idle one.
+    idle = [{**card, "id": card["id"].replace("l4", "idle"), "used": 0, "usedmem": 0, "usedcores": 0} for card in l4]
+    document["nodes"].append({"name": "w1", "devices": idle})
+    assert [pod["node"] for pod in plan_json(document)["pods"]] == ["w0"]
+    document["policy"]["node"] = "spread"
+    assert [pod["node"] for pod in plan_json(document)["pods"]] == ["w1"]
+
 
 def test_json_quotas_annotations_and_init_containers():
     document = {

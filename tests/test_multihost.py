@@ -77,8 +77,11 @@ def test_existing_cluster_with_a_pool_gets_metallb_and_planned_vips(prod: harnes
 
 
 def test_vips_are_known_in_a_preview_when_the_pool_is_configured() -> None:
-    preview = render_config(existing(vip="10.0.100.10"), preview=True)
-    assert preview.one(TCP, "prod-a")["inputs"]["spec"]["networkProfile"]["address"] == "10.0.100.10"
+    # No VIP pinned: the address is planned from the configured pool, which needs nothing live.
+    preview = render_config(existing(), preview=True)
+    address = preview.one(TCP, "prod-a")["inputs"]["spec"]["networkProfile"]["address"]
+    assert address == render_config(existing()).one(TCP, "prod-a")["inputs"]["spec"]["networkProfile"]["address"]
+    assert address.startswith("10.0.100.")
 
 
 def test_existing_cluster_without_a_pool_uses_its_own_load_balancer() -> None:
@@ -292,7 +295,10 @@ def test_ssh_fields_are_required(missing: str) -> None:
 
 def test_ssh_port_and_unknown_ssh_keys() -> None:
     worker = ssh_worker("gpu-host-1", "10.0.0.11")
-    worker["ssh"].update(port=70000, password="x")
+    worker["ssh"].update(port=70000)
+    found = problems({"tenants": [{"name": "a", "workers": [worker]}]})
+    assert found == {"tenants[0].workers[0].ssh.port": "Input should be less than or equal to 65535 (got 70000)"}
+    worker["ssh"].update(port=22, password="x")
     found = problems({"tenants": [{"name": "a", "workers": [worker]}]})
     assert "unknown key 'password'" in found["tenants[0].workers[0].ssh"]
 

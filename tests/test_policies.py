@@ -275,6 +275,7 @@ class Case:
     change: Callable[[dict], Any]
     expect: str | None  # a fragment of the violation message; None: the rule must pass
     config: dict | None = None
+    findings: int = 1  # how many violations the change causes in all
 
 
 def same(_: dict) -> None:
@@ -313,6 +314,7 @@ CASES = [
         "tenant-worker-isolation",
         lambda d: env(d, "tenant-b-worker-0-join").update(GPU_TENANCY_TENANT="tenant-c"),
         "tenant 'tenant-c', which has no TenantControlPlane",
+        findings=2,
     ),
     Case(
         "worker-without-join",
@@ -320,7 +322,9 @@ CASES = [
         lambda d: remove(d, COMMAND, "tenant-b-worker-0-join"),
         "worker tenant-b-worker-0 joins no tenant",
     ),
-    Case("worker-joins-two-tenants", "tenant-worker-isolation", second_join, "joins tenants 'tenant-a', 'tenant-b'"),
+    # Both joins are reported; the copied join also keeps tenant-a's token (its label and its
+    # cluster) and runs on a container labelled for tenant-a.
+    Case("worker-joins-two-tenants", "tenant-worker-isolation", second_join, "joins tenants 'tenant-a', 'tenant-b'", findings=5),
     Case(
         "token-created-in-another-tenant",
         "tenant-worker-isolation",
@@ -349,6 +353,7 @@ CASES = [
             ssh_join(d, "gpu-host-1-again", "tenant-a", "10.0.0.11", endpoint_of(d, "tenant-a")),
         ),
         "worker ssh://10.0.0.11:22 joins tenants 'tenant-a', 'tenant-b'",
+        findings=2,
     ),
     # unique-tenant-endpoints
     Case("dev", "unique-tenant-endpoints", same, None),
@@ -357,12 +362,14 @@ CASES = [
         "unique-tenant-endpoints",
         lambda d: spec(d, "tenant-b")["networkProfile"].update(address=spec(d, "tenant-a")["networkProfile"]["address"]),
         "tenant 'tenant-b' shares its address 172.18.255.230 with tenant 'tenant-a'",
+        findings=2,
     ),
     Case(
         "pod-cidr-holds-a-vip",
         "unique-tenant-endpoints",
         lambda d: spec(d, "tenant-b")["networkProfile"].update(podCidrs=["172.18.255.224/28"]),
         "podCidrs 172.18.255.224/28 contains the address 172.18.255.230 of tenant 'tenant-a'",
+        findings=2,
     ),
     Case(
         "service-cidr-on-the-node-network",
@@ -381,6 +388,7 @@ CASES = [
             for tenant in ("tenant-a", "tenant-b")
         ],
         "shares its address 10.1.2.3",
+        findings=2,
     ),
     # konnectivity-required
     Case("dev", "konnectivity-required", same, None),
@@ -435,6 +443,7 @@ CASES = [
         "control-plane-exposure",
         lambda d: node_port(d, "tenant-a", 6443, 8132),
         "NodePort with spec.networkProfile.port 6443, outside the NodePort range 30000-32767",
+        findings=2,
     ),
     Case(
         "node-port-konnectivity-out-of-range",
@@ -454,6 +463,7 @@ CASES = [
         lambda d: node_port(d, "tenant-a", 31443, 31132),
         "outside the NodePort range 32000-32767",
         config={"nodePortMin": 32000},
+        findings=2,
     ),
     Case(
         "cluster-ip",
@@ -582,13 +592,27 @@ CASES = [
         "quota-as-a-quantity",
         "gpu-quota-within-inventory",
         lambda d: record(d, QUOTA, "tenant-a-gpu-quota")["inputs"]["spec"]["hard"].update({"limits.nvidia.com/gpumem": "80Gi"}),
-        "exceeds the 81920 MiB",
+        "limits.nvidia.com/gpumem=85899345920 exceeds the 81920 MiB",
+    ),
+    Case(
+        "quota-as-a-quantity-within",
+        "gpu-quota-within-inventory",
+        # 80Ki is 81920: exactly the A100's memory, as the API server would count it.
+        lambda d: record(d, QUOTA, "tenant-a-gpu-quota")["inputs"]["spec"]["hard"].update({"limits.nvidia.com/gpumem": "80Ki"}),
+        None,
+    ),
+    Case(
+        "quota-as-a-quantity-just-over",
+        "gpu-quota-within-inventory",
+        lambda d: record(d, QUOTA, "tenant-a-gpu-quota")["inputs"]["spec"]["hard"].update({"limits.nvidia.com/gpumem": "81Ki"}),
+        "limits.nvidia.com/gpumem=82944 exceeds the 81920 MiB",
     ),
     Case(
         "quota-without-registered-cards",
         "gpu-quota-within-inventory",
         lambda d: remove(d, COMMAND, "tenant-a-worker-0-gpu-registration"),
         "limits.nvidia.com/gpumem=81920 exceeds the 0 MiB",
+        findings=2,
     ),
     Case("real-device-plugin-counts-at-run-time", "gpu-quota-within-inventory", lambda d: real_devices(d, "tenant-a"), None),
     Case(
@@ -624,13 +648,20 @@ CASES = [
         "NVIDIA_GPU_CAPACITY=10, but the devices' counts add up to 20",
     ),
     # shared-datastore (advisory)
-    Case("default-datastore", "shared-datastore", same, "tenants tenant-a, tenant-b share Kamaji's default DataStore 'default'"),
+    Case(
+        "default-datastore",
+        "shared-datastore",
+        same,
+        "tenants tenant-a, tenant-b share Kamaji's default DataStore 'default'",
+        findings=2,  # one per tenant
+    ),
     Case("dedicated-datastore", "shared-datastore", lambda d: spec(d, "tenant-a").update(dataStore="tenant-a-etcd"), None),
     Case(
         "one-named-datastore-for-two",
         "shared-datastore",
         lambda d: (spec(d, "tenant-a").update(dataStore="team-etcd"), spec(d, "tenant-b").update(dataStore="team-etcd")),
         "tenants tenant-a, tenant-b share the DataStore 'team-etcd'",
+        findings=2,
     ),
     # bootstrap-token-hygiene
     Case("dev", "bootstrap-token-hygiene", same, None),
@@ -690,6 +721,7 @@ def test_rule(case: Case, base: dict, tmp_path: Path, capsys: pytest.CaptureFixt
     else:
         assert through_pack, f"{case.policy} found nothing"
         assert any(case.expect in message for message in messages), messages
+        assert len(messages) == case.findings, messages
 
     extra = []
     if case.config is not None:

@@ -186,6 +186,7 @@ def fake_pulumi(tmp_path: Path, *, logged_in: bool, stacks: list[str], url: str 
         bin_dir / "pulumi",
         f"""#!/bin/sh
 echo "$* backend=${{PULUMI_BACKEND_URL:-}} passfile=${{PULUMI_CONFIG_PASSPHRASE_FILE:-}}" >> {log}
+echo "$1 passphrase=${{PULUMI_CONFIG_PASSPHRASE:-}}" >> {log}.passphrase
 case "$1 $2" in
   "whoami --json") {whoami} ;;
   "stack select") for s in {" ".join(stacks) or "none"}; do [ "$s" = "$3" ] && exit 0; done; exit 255 ;;
@@ -293,8 +294,12 @@ def test_pulumi_env_runs_on_bash_3_2() -> None:
 
 def test_a_chosen_passphrase_is_kept(tmp_path: Path) -> None:
     bin_dir = fake_pulumi(tmp_path, logged_in=False, stacks=["dev"])
-    run_env(tmp_path, bin_dir, "dev", "pulumi", "up", PULUMI_CONFIG_PASSPHRASE="mine")
+    result = run_env(tmp_path, bin_dir, "dev", "pulumi", "up", PULUMI_CONFIG_PASSPHRASE="mine")
+    assert result.returncode == 0, result.stderr
     assert not (tmp_path / "project" / ".pulumi-passphrase").exists()
+    # The user's passphrase reaches pulumi, and no passphrase file competes with it.
+    assert (tmp_path / "pulumi.log.passphrase").read_text().splitlines()[-1] == "up passphrase=mine"
+    assert (tmp_path / "pulumi.log").read_text().splitlines()[-1].endswith(" passfile=")
 
 
 def test_existing_refuses_to_create_a_stack(tmp_path: Path) -> None:
