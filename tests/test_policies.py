@@ -595,6 +595,14 @@ CASES = [
         "limits.nvidia.com/gpumem=85899345920 exceeds the 81920 MiB",
     ),
     Case(
+        "quota-by-requests-over-inventory",
+        "gpu-quota-within-inventory",
+        lambda d: record(d, QUOTA, "tenant-a-gpu-quota")["inputs"]["spec"]["hard"].update(
+            {"requests.nvidia.com/gpumem": "999999"}
+        ),
+        "requests.nvidia.com/gpumem=999999 exceeds the 81920 MiB",
+    ),
+    Case(
         "quota-as-a-quantity-within",
         "gpu-quota-within-inventory",
         # 80Ki is 81920: exactly the A100's memory, as the API server would count it.

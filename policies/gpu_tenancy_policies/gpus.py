@@ -28,9 +28,12 @@ _ENTRY_FIELDS: Final = {
     "mode": str,
     "health": bool,
 }
+# HAMi enforces the limits. keys; Kubernetes enforces requests. keys of extended resources itself
+# (on the raw per-container number). Either one above the inventory is a promise nothing keeps.
 QUOTA_KEYS: Final = {
-    f"limits.{gpus.GPU_MEMORY_RESOURCE}": "gpumem",
-    f"limits.{gpus.GPU_CORES_RESOURCE}": "gpucores",
+    f"{prefix}.{resource}": name
+    for prefix in ("limits", "requests")
+    for resource, name in ((gpus.GPU_MEMORY_RESOURCE, "gpumem"), (gpus.GPU_CORES_RESOURCE, "gpucores"))
 }
 _BY_HAMI_TYPE: Final = {model.hami_type: model for model in gpus.CATALOGUE.values()}
 _QUANTITY: Final = re.compile(r"^(\d+)(k|M|G|T|Ki|Mi|Gi|Ti)?$")
