@@ -16,8 +16,10 @@ DATA_STORE: Final = "kubernetes:kamaji.clastix.io/v1alpha1:DataStore"
 IP_ADDRESS_POOL: Final = "kubernetes:metallb.io/v1beta1:IPAddressPool"
 L2_ADVERTISEMENT: Final = "kubernetes:metallb.io/v1beta1:L2Advertisement"
 HELM_RELEASE: Final = "kubernetes:helm.sh/v3:Release"
-HELM_CHART_V4: Final = "kubernetes:helm.sh/v4:Chart"
-HELM_TYPES: Final = frozenset({HELM_RELEASE, HELM_CHART_V4})
+# Not kubernetes:helm.sh/v4:Chart: that is a component the provider constructs and registers with
+# no inputs (pulumi-kubernetes provider/pkg/provider/helm/v4/chart.go), so a rule would see a chart
+# without a name or version; the program installs every chart as a v3 Release.
+HELM_TYPES: Final = frozenset({HELM_RELEASE})
 SECRET: Final = "kubernetes:core/v1:Secret"
 RESOURCE_QUOTA: Final = "kubernetes:core/v1:ResourceQuota"
 KUBERNETES_PROVIDER: Final = "pulumi:providers:kubernetes"
