@@ -121,6 +121,7 @@ class SshWorkerMachine(pulumi.ComponentResource):
             environment=prepare_environment(kubernetes_version, gpu_mode),
             secrets={},
             delete=_CLEAN_UP,
+            # A new version or GPU mode re-runs the preparation in place (its stdin changes).
             triggers=[ssh.host],
             opts=pulumi.ResourceOptions(parent=self),
         )
@@ -137,7 +138,10 @@ class SshWorkerMachine(pulumi.ComponentResource):
         triggers: list[pulumi.Input[str]] | None,
         opts: pulumi.ResourceOptions,
     ) -> command.remote.Command:
-        return self._command(name, script, environment, secrets, delete, [*(triggers or []), self.machine_id], opts)
+        # What the command runs with is recorded as its first trigger: the stack (and the policy
+        # pack, which reads it) sees the tenant and endpoint a join uses, and a change re-runs it
+        # from its delete, as joining another endpoint requires.
+        return self._command(name, script, environment, secrets, delete, [environment, *(triggers or []), self.machine_id], opts)
 
     def _command(
         self,
@@ -149,10 +153,11 @@ class SshWorkerMachine(pulumi.ComponentResource):
         triggers: list[pulumi.Input[str]],
         opts: pulumi.ResourceOptions,
     ) -> command.remote.Command:
-        """``sudo sh -s`` on the host, the script on stdin.
+        """``sudo sh -s`` on the host, the script and its environment on stdin.
 
-        sshd forwards only the variables its AcceptEnv allows, so the script gets its environment
-        on stdin too; ``environment`` is still set so the stack records what each command used.
+        Not through the Command's ``environment``: sshd accepts only the variables its AcceptEnv
+        lists (``LANG LC_*`` on Debian and Ubuntu), and pulumi-command fails a command whose
+        variable sshd refuses (provider/pkg/provider/remote/commandOutputs.go, since #395).
         """
         return command.remote.Command(
             name,
@@ -160,7 +165,6 @@ class SshWorkerMachine(pulumi.ComponentResource):
             create="sudo -n sh -s",
             delete=f"sudo -n sh -c {shlex.quote(delete)}" if delete else None,
             stdin=pulumi.Output.concat(prelude(environment), secret_prelude(secrets), script),
-            environment=environment,
             triggers=triggers,
             logging=command.remote.Logging.STDERR,
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(delete_before_replace=True)),

@@ -95,7 +95,7 @@ def test_existing_cluster_without_a_pool_uses_its_own_load_balancer() -> None:
     endpoint = render.outputs["tenants"]["prod-a"]["endpoint"]
     assert endpoint.startswith("https://203.0.113.") and endpoint.endswith(":6443")
     join = render_config(existing(pool=None), show_secrets=True).one(REMOTE, "gpu-host-1-join")
-    assert join["inputs"]["environment"]["JOIN_ENDPOINT"] == endpoint.removeprefix("https://")
+    assert join["inputs"]["triggers"][0]["JOIN_ENDPOINT"] == endpoint.removeprefix("https://")
 
 
 def test_a_pinned_vip_without_a_pool() -> None:
@@ -161,10 +161,13 @@ def test_ssh_worker_joins_with_the_same_token_and_hash(prod: harness.Render) -> 
     join = prod.one(REMOTE, "gpu-host-1-join")
     inputs = join["inputs"]
     assert inputs["create"] == "sudo -n sh -s"
-    assert inputs["environment"]["JOIN_ENDPOINT"].endswith(":6443")
-    assert inputs["environment"]["JOIN_CA_CERT_HASH"].startswith("sha256:")
-    # sshd forwards only the variables AcceptEnv allows: the script gets them on stdin too.
-    assert f"JOIN_ENDPOINT={inputs['environment']['JOIN_ENDPOINT']}\n" in inputs["stdin"]
+    # The environment goes on stdin: sshd refuses variables outside AcceptEnv, and pulumi-command
+    # fails a command whose variable is refused. It is recorded as the first trigger.
+    assert "environment" not in inputs
+    recorded = inputs["triggers"][0]
+    assert recorded["JOIN_ENDPOINT"].endswith(":6443")
+    assert recorded["JOIN_CA_CERT_HASH"].startswith("sha256:")
+    assert f"JOIN_ENDPOINT={recorded['JOIN_ENDPOINT']}\n" in inputs["stdin"]
     token = prod.one("kubernetes:core/v1:Secret", "gpu-host-1-bootstrap-token")["inputs"]["stringData"]
     assert f"JOIN_TOKEN={token['token-id']}.{token['token-secret']}\n" in inputs["stdin"]
     assert "--ignore-preflight-errors" not in inputs["stdin"]  # a real host passes every check
@@ -190,7 +193,8 @@ def test_ssh_only_tenants_get_no_nested_node_workarounds(prod: harness.Render) -
 def test_ssh_workers_in_mock_mode_are_registered_on_the_host() -> None:
     render = render_config(mock_mode())
     registration = render.one(REMOTE, "gpu-host-1-gpu-registration")
-    assert registration["inputs"]["environment"]["NVIDIA_GPU_CAPACITY"] == "10"
+    assert registration["inputs"]["triggers"][0]["NVIDIA_GPU_CAPACITY"] == "10"
+    assert "NVIDIA_GPU_CAPACITY=10\n" in registration["inputs"]["stdin"]
     assert "kubectl --kubeconfig /etc/kubernetes/kubelet.conf" in registration["inputs"]["stdin"]
 
 
@@ -312,3 +316,12 @@ def test_unknown_gpu_mode_and_bad_datastore_name() -> None:
     found = problems({"tenants": [{"name": "a", "gpuMode": "cuda", "dataStore": "Gold Tier"}]})
     assert "'mock' or 'nvidia'" in found["tenants[0].gpuMode"]
     assert "neither 'shared', 'dedicated' nor the name of a DataStore" in found["tenants[0].dataStore"]
+
+
+def test_no_remote_command_asks_sshd_for_environment_variables(prod: harness.Render) -> None:
+    # Debian's and Ubuntu's sshd accept only LANG and LC_* (AcceptEnv): any other variable set on
+    # the session fails the whole command (pulumi-command remote, commandOutputs.go), delete included.
+    remote = prod.find(REMOTE)
+    assert remote and all("environment" not in r["inputs"] for r in remote)
+    prepare = prod.one(REMOTE, "gpu-host-1-prepare")["inputs"]["stdin"]
+    assert "KUBERNETES_VERSION=v1.36.4\n" in prepare and "GPU_MODE=nvidia\n" in prepare

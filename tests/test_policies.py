@@ -907,7 +907,7 @@ def remote_joins(document: dict) -> list[dict]:
     joins = [
         item
         for item in document["resources"]
-        if item["type"] == REMOTE_COMMAND and "JOIN_ENDPOINT" in item["inputs"]["environment"]
+        if item["type"] == REMOTE_COMMAND and "JOIN_ENDPOINT" in item["inputs"]["triggers"][0]
     ]
     assert joins, "the example joins its workers over SSH"
     return joins
@@ -925,11 +925,11 @@ def test_the_multihost_example_passes(multihost: dict, tmp_path: Path, capsys: p
 def test_an_ssh_worker_joining_another_tenant(multihost: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     document = copy.deepcopy(multihost)
     joins = remote_joins(document)
-    mine = joins[0]["inputs"]["environment"]
+    mine = joins[0]["inputs"]["triggers"][0]
     other = next(
-        join["inputs"]["environment"]
+        join["inputs"]["triggers"][0]
         for join in joins
-        if join["inputs"]["environment"]["GPU_TENANCY_TENANT"] != mine["GPU_TENANCY_TENANT"]
+        if join["inputs"]["triggers"][0]["GPU_TENANCY_TENANT"] != mine["GPU_TENANCY_TENANT"]
     )
     mine["JOIN_ENDPOINT"] = other["JOIN_ENDPOINT"]
     expected = f"the endpoint of tenant '{other['GPU_TENANCY_TENANT']}'"

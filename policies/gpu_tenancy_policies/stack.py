@@ -89,7 +89,11 @@ class ResourceView:
 
     @property
     def environment(self) -> dict[str, Any] | Any:
+        """A command's environment; a remote command's, which sshd would refuse, is its first trigger."""
         env = self.get("environment", default={})
+        if self.type == kinds.REMOTE_COMMAND and not env:
+            recorded = self.get("triggers", 0)
+            env = recorded if recorded is UNKNOWN or isinstance(recorded, dict) else {}
         return env if env is UNKNOWN or isinstance(env, dict) else {}
 
 
