@@ -65,6 +65,7 @@ class Tenant(pulumi.ComponentResource):
             join = WorkerJoin(
                 worker.name,
                 name,
+                config.kubernetes_version,
                 machines[worker.name],
                 self.control_plane.endpoint,
                 self.control_plane.ca_cert_hash,

@@ -78,6 +78,7 @@ class WorkerJoin(pulumi.ComponentResource):
         self,
         name: str,
         tenant: str,
+        kubernetes_version: str,
         machine: WorkerMachine,
         endpoint: pulumi.Input[str],
         ca_cert_hash: pulumi.Input[str],
@@ -122,7 +123,7 @@ class WorkerJoin(pulumi.ComponentResource):
         )
         self.join = machine.run(
             f"{name}-join",
-            script=kubeadm.join_script(machine.hostname, machine.preflight_ignores, node_labels),
+            script=kubeadm.join_script(machine.hostname, kubernetes_version, machine.preflight_ignores, node_labels),
             environment={
                 conventions.ENV_TENANT: tenant,
                 conventions.ENV_JOIN_ENDPOINT: endpoint,

@@ -63,16 +63,25 @@ JOIN_RETRY_SECONDS: Final = 20
 RUNTIME_WAIT_SECONDS: Final = 120
 
 
-def join_script(node_name: str, preflight_ignores: tuple[str, ...], node_labels: dict[str, str]) -> str:
+def join_configuration_api(kubernetes_version: str) -> str:
+    """The kubeadm config API of the tenant's kubeadm: v1beta4 from 1.31 on, v1beta3 before."""
+    major, minor, _ = kubernetes_version.removeprefix("v").split(".", 2)
+    return "kubeadm.k8s.io/v1beta4" if (int(major), int(minor)) >= (1, 31) else "kubeadm.k8s.io/v1beta3"
+
+
+def join_script(node_name: str, kubernetes_version: str, preflight_ignores: tuple[str, ...], node_labels: dict[str, str]) -> str:
     """A POSIX shell script that joins this machine, reading the secrets from the environment.
 
-    ``JOIN_ENDPOINT``, ``JOIN_TOKEN`` and ``JOIN_CA_CERT_HASH`` come from the environment so the
-    token never appears on a command line. It is idempotent: a machine already joined to the
-    same endpoint only gets its labels again (the kubelet applies ``--node-labels`` only when it
-    registers), anything else is reset first. kubeadm's preflight refuses to join over what a
-    failed join leaves (``bootstrap-kubelet.conf``, ``pki/ca.crt``), not only over ``kubelet.conf``.
+    ``JOIN_ENDPOINT``, ``JOIN_TOKEN`` and ``JOIN_CA_CERT_HASH`` come from the environment and
+    reach kubeadm in a JoinConfiguration file only root can read, removed on exit: the token is
+    never an argument, which any user of the host could read in ``/proc/<pid>/cmdline``. The
+    script is idempotent: a machine already joined to the same endpoint only gets its labels
+    again (the kubelet applies ``--node-labels`` only when it registers), anything else is reset
+    first. kubeadm's preflight refuses to join over what a failed join leaves
+    (``bootstrap-kubelet.conf``, ``pki/ca.crt``), not only over ``kubelet.conf``.
     """
     ignore = f" --ignore-preflight-errors={','.join(preflight_ignores)}" if preflight_ignores else ""
+    api = join_configuration_api(kubernetes_version)
     labels = ",".join(f"{key}={value}" for key, value in sorted(node_labels.items()))
     label_args = " ".join(shlex.quote(f"{key}={value}") for key, value in sorted(node_labels.items()))
     node = shlex.quote(node_name)
@@ -92,14 +101,25 @@ until systemctl is-active --quiet containerd; do
   [ "$waited" -lt {RUNTIME_WAIT_SECONDS} ] || {{ echo "containerd is not running after {RUNTIME_WAIT_SECONDS} s" >&2; exit 1; }}
   sleep 2; waited=$((waited + 2))
 done
+config="$(umask 077 && mktemp)"
+trap 'rm -f "$config"' EXIT
+cat > "$config" <<EOF
+apiVersion: {api}
+kind: JoinConfiguration
+discovery:
+  bootstrapToken:
+    apiServerEndpoint: "$JOIN_ENDPOINT"
+    token: "$JOIN_TOKEN"
+    caCertHashes: ["$JOIN_CA_CERT_HASH"]
+nodeRegistration:
+  name: {node}
+EOF
 attempt=1
 while :; do
   for leftover in /etc/kubernetes/kubelet.conf /etc/kubernetes/bootstrap-kubelet.conf /etc/kubernetes/pki/ca.crt; do
     if [ -e "$leftover" ]; then kubeadm reset --force; break; fi
   done
-  if kubeadm join "$JOIN_ENDPOINT" --token "$JOIN_TOKEN" \\
-    --discovery-token-ca-cert-hash "$JOIN_CA_CERT_HASH" \\
-    --node-name {node}{ignore}; then
+  if kubeadm join --config "$config"{ignore}; then
     exit 0
   fi
   [ "$attempt" -lt {JOIN_ATTEMPTS} ] || {{ echo "kubeadm join failed {JOIN_ATTEMPTS} times" >&2; exit 1; }}

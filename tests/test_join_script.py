@@ -46,23 +46,29 @@ def run_join(tmp_path: Path, *, failing_joins: int = 0, runtime_starts_after: in
         f"""case "$1" in
   reset) rm -f "{k8s}/kubelet.conf" "{k8s}/bootstrap-kubelet.conf" "{k8s}/pki/ca.crt" ;;
   join)
+    [ "$2" = --config ] || {{ echo "join without --config" >&2; exit 1; }}
+    cp "$3" "{state}/join-config"; stat -c %a "$3" > "{state}/join-config-mode"
     for f in "{k8s}/kubelet.conf" "{k8s}/bootstrap-kubelet.conf" "{k8s}/pki/ca.crt"; do
       [ ! -e "$f" ] || {{ echo "[ERROR FileAvailable] $f already exists" >&2; exit 1; }}
     done
     : > "{k8s}/bootstrap-kubelet.conf"; : > "{k8s}/pki/ca.crt"
     n=$(cat "{state}/joins" 2>/dev/null || echo 0); echo $((n + 1)) > "{state}/joins"
     [ "$n" -ge {failing_joins} ] || exit 1
-    printf '    server: https://%s\\n' "$2" > "{k8s}/kubelet.conf" ;;
+    endpoint=$(sed -n 's/^ *apiServerEndpoint: "\\(.*\\)"$/\\1/p' "$3")
+    printf '    server: https://%s\\n' "$endpoint" > "{k8s}/kubelet.conf" ;;
 esac""",
     )
     tool(bin_dir, "kubectl", ":")
-    script = kubeadm.join_script("tenant-a-worker-0", ("SystemVerification",), LABELS).replace("/etc/", f"{etc}/")
+    script = kubeadm.join_script("tenant-a-worker-0", "v1.36.4", ("SystemVerification",), LABELS).replace("/etc/", f"{etc}/")
     log = tmp_path / "log"
+    scratch = tmp_path / "tmp"
+    scratch.mkdir(exist_ok=True)
     result = subprocess.run(
         ["sh", "-c", script],
         env={
             "PATH": f"{bin_dir}:/usr/bin:/bin",
             "LOG": str(log),
+            "TMPDIR": str(scratch),
             "JOIN_ENDPOINT": ENDPOINT,
             "JOIN_TOKEN": "abcdef.0123456789abcdef",
             "JOIN_CA_CERT_HASH": "sha256:00",
@@ -122,3 +128,29 @@ def test_the_join_waits_for_containerd(tmp_path: Path, starts_after: int, code: 
     result, calls, _ = run_join(tmp_path, runtime_starts_after=starts_after)
     assert result == code
     assert calls == (["kubeadm join"] if code == 0 else [])
+
+
+def test_the_token_reaches_kubeadm_in_a_file_only_root_reads(tmp_path: Path) -> None:
+    code, _, _ = run_join(tmp_path)
+    assert code == 0
+    # Arguments are readable by every user of the host (/proc/<pid>/cmdline); the token is not one.
+    assert "abcdef.0123456789abcdef" not in (tmp_path / "log").read_text()
+    state = tmp_path / "state"
+    assert (state / "join-config-mode").read_text().strip() == "600"
+    assert list((tmp_path / "tmp").iterdir()) == [], "the configuration is removed after the join"
+    assert (state / "join-config").read_text() == (
+        "apiVersion: kubeadm.k8s.io/v1beta4\n"
+        "kind: JoinConfiguration\n"
+        "discovery:\n"
+        "  bootstrapToken:\n"
+        f'    apiServerEndpoint: "{ENDPOINT}"\n'
+        '    token: "abcdef.0123456789abcdef"\n'
+        '    caCertHashes: ["sha256:00"]\n'
+        "nodeRegistration:\n"
+        "  name: tenant-a-worker-0\n"
+    )
+
+
+@pytest.mark.parametrize(("version", "api"), [("v1.36.4", "v1beta4"), ("v1.31.0", "v1beta4"), ("v1.30.9", "v1beta3")])
+def test_the_join_configuration_speaks_the_tenants_kubeadm(version: str, api: str) -> None:
+    assert f"apiVersion: kubeadm.k8s.io/{api}\n" in kubeadm.join_script("w", version, (), {})

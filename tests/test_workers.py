@@ -168,9 +168,11 @@ def test_join_runs_kubeadm_in_the_container_against_the_tenant_vip(dev_secrets: 
     token = f"{token_data['token-id']}.{token_data['token-secret']}"
     assert join["stdin"].startswith(f"JOIN_TOKEN={token}\n")
     script = join["stdin"]
-    assert 'kubeadm join "$JOIN_ENDPOINT" --token "$JOIN_TOKEN"' in script
-    assert '--discovery-token-ca-cert-hash "$JOIN_CA_CERT_HASH"' in script
-    assert "--ignore-preflight-errors=SystemVerification; then\n" in script  # the only ignore a nested node needs
+    # The token reaches kubeadm in a JoinConfiguration file, never as an argument.
+    assert 'kubeadm join --config "$config" --ignore-preflight-errors=SystemVerification; then\n' in script
+    assert 'apiServerEndpoint: "$JOIN_ENDPOINT"\n    token: "$JOIN_TOKEN"\n' in script
+    assert 'caCertHashes: ["$JOIN_CA_CERT_HASH"]\n' in script
+    assert "apiVersion: kubeadm.k8s.io/v1beta4\n" in script
     assert "--node-labels=gpu=on,gpu-tenancy.io/tenant=tenant-a" in script
     assert "kubeadm reset --force" in join["delete"]
 
