@@ -45,8 +45,10 @@ if [ "$GPU_MODE" = nvidia ]; then
   # HAMi's device plugin needs the NVIDIA driver and containerd's default runtime to be NVIDIA's.
   missing() { echo "gpuMode nvidia: $1 not found; install $2 on this host" >&2; exit 1; }
   command -v nvidia-smi >/dev/null || missing nvidia-smi "the NVIDIA driver"
+  nvidia-smi -L >/dev/null || { echo "gpuMode nvidia: nvidia-smi finds no GPU; check the NVIDIA driver" >&2; exit 1; }
   command -v nvidia-ctk >/dev/null || missing nvidia-ctk "the NVIDIA Container Toolkit"
-  if ! grep -q 'default_runtime_name = "nvidia"' /etc/containerd/config.toml; then
+  # nvidia-ctk >= 1.18 writes a drop-in (conf.d/99-nvidia.toml) rather than config.toml.
+  if ! grep -qs 'default_runtime_name = "nvidia"' /etc/containerd/config.toml /etc/containerd/conf.d/*.toml; then
     nvidia-ctk runtime configure --runtime=containerd --set-as-default
     systemctl restart containerd
   fi
@@ -68,11 +70,13 @@ apt-mark hold kubelet kubeadm kubectl
 systemctl enable kubelet
 """
 
-# Leave the host as kubeadm's reset guide does, and remove what the preparation installed.
+# Leave the host as kubeadm's reset guide does, and remove what the preparation installed. Of
+# iptables only kube-proxy's (KUBE-) and Calico's (cali-) chains and rules go: flushing everything
+# would drop the host's own firewall, and with a default-drop policy the SSH session itself.
 _CLEAN_UP = (
     "kubeadm reset --force || true; "
     "rm -rf /etc/cni/net.d /var/lib/cni /etc/kubernetes /var/lib/kubelet; "
-    "iptables -F && iptables -t nat -F && iptables -t mangle -F && iptables -X || true; "
+    "iptables-save | grep -v -e KUBE- -e cali- | iptables-restore || true; "
     "apt-mark unhold kubelet kubeadm kubectl || true; "
     "DEBIAN_FRONTEND=noninteractive apt-get purge -y -q kubelet kubeadm kubectl || true; "
     "rm -f /etc/apt/sources.list.d/kubernetes.list /etc/modules-load.d/gpu-tenancy.conf /etc/sysctl.d/99-gpu-tenancy.conf"

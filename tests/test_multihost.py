@@ -149,6 +149,9 @@ def test_ssh_worker_is_prepared_over_ssh(prod: harness.Render) -> None:
     assert "\napt-get install" not in script  # every install waits for the dpkg lock
     assert "PACKAGE_REPOSITORY=https://pkgs.k8s.io/core:/stable:\n" in script
     assert "kubeadm reset --force" in prepare["delete"] and "/etc/cni/net.d" in prepare["delete"]
+    # Only kube-proxy's and Calico's iptables rules go; the host's firewall (and SSH) stays.
+    assert "iptables-save | grep -v -e KUBE- -e cali- | iptables-restore" in prepare["delete"]
+    assert "iptables -F" not in prepare["delete"] and "iptables -X" not in prepare["delete"]
 
 
 def test_ssh_private_key_is_a_secret() -> None:
@@ -210,6 +213,10 @@ def test_nvidia_mode_runs_hamis_real_device_plugin(prod: harness.Render) -> None
     assert "--node-labels=gpu=on,gpu-tenancy.io/tenant=prod-a" in prod.one(REMOTE, "gpu-host-1-join")["inputs"]["stdin"]
     prepare = prod.one(REMOTE, "gpu-host-1-prepare")["inputs"]["stdin"]
     assert "GPU_MODE=nvidia\n" in prepare and "nvidia-ctk runtime configure --runtime=containerd --set-as-default" in prepare
+    # nvidia-ctk >= 1.18 configures containerd in a drop-in; the guard looks there too, so a
+    # re-run does not restart containerd again. A driver that finds no GPU stops the preparation.
+    assert "/etc/containerd/config.toml /etc/containerd/conf.d/*.toml; then" in prepare
+    assert "nvidia-smi -L >/dev/null ||" in prepare
 
 
 def test_declared_gpus_still_drive_quota_checks_and_outputs(prod: harness.Render) -> None:
