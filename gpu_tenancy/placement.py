@@ -1020,8 +1020,12 @@ class Cluster:
         """Schedule pods in order, each one's placement consuming capacity for the next."""
         return [self.schedule(pod) for pod in pods]
 
-    def schedule(self, pod: Pod) -> PodResult:
-        """Admit, filter and place one pod, then record what it holds."""
+    def schedule(self, pod: Pod, prefer_node: str | None = None) -> PodResult:
+        """Admit, filter and place one pod, then record what it holds.
+
+        ``prefer_node`` breaks a tie as a live HAMi did: taken when it scores as well as the
+        model's own choice (see ``_choose``), ignored otherwise.
+        """
         used = self.quota_used.get(pod.namespace, QuotaUsage())
         quota = self.quotas.get(pod.namespace)
         admission = admit(pod, self.config, quota, used)
@@ -1051,7 +1055,7 @@ class Cluster:
                 node_reasons=node_reasons,
                 message=unschedulable_message(node_reasons, len(self.nodes)),
             )
-        chosen = self._choose(fits, pod.annotations.get(NODE_POLICY_ANNOTATION, self.config.node_policy))
+        chosen = self._choose(fits, pod.annotations.get(NODE_POLICY_ANNOTATION, self.config.node_policy), prefer_node)
         self._take(self.node(chosen.node), chosen.devices, len(pod.init_containers), pod.namespace)
         return PodResult(
             pod.name,
@@ -1080,16 +1084,17 @@ class Cluster:
         return fits, node_reasons
 
     @staticmethod
-    def _choose(fits: Sequence[NodeFit], policy: str) -> NodeFit:
+    def _choose(fits: Sequence[NodeFit], policy: str, prefer: str | None = None) -> NodeFit:
         """``node_policy.go`` ``NodeScoreList.Less`` + Filter taking the last element.
 
         spread takes the least used node, anything else (binpack) the most used. Equal scores:
         HAMi's pick depends on goroutine timing; ``fits`` is in node-name order and min/max
-        return the first, so the model takes the name that sorts first.
+        return the first, so the model takes the name that sorts first, unless ``prefer`` names
+        another node with the same score.
         """
-        if policy == SPREAD:
-            return min(fits, key=lambda fit: fit.score)
-        return max(fits, key=lambda fit: fit.score)
+        best = min(fits, key=lambda fit: fit.score) if policy == SPREAD else max(fits, key=lambda fit: fit.score)
+        tied = [fit for fit in fits if fit.node == prefer and fit.score == best.score]
+        return tied[0] if tied else best
 
     def _take(self, node: Node, devices: Sequence[Sequence[Allocation]], init_count: int, namespace: str) -> None:
         held = collapse_usage(devices, init_count)

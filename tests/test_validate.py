@@ -129,6 +129,7 @@ class FakeKube:
     binds: bool = True
     exec_output: str = "pause.c v3.10\n"
     force_bind: set[str] = field(default_factory=set)  # pods "HAMi" places whatever the model says
+    tie_break: str | None = None  # the node "HAMi" picks among equally scored ones (goroutine timing)
     messages: dict[str, str] = field(default_factory=dict)  # pod -> the FailedScheduling text "HAMi" gives
     refusals: dict[str, Exception] = field(default_factory=dict)  # pod -> what the API server answers its create with
     fail_on: dict[str, Exception] = field(default_factory=dict)  # method name -> error it raises
@@ -189,16 +190,16 @@ class FakeKube:
 
     # pods, with HAMi simulated by the placement model ------------------------------------
 
-    def _holding(self) -> list[placement.Pod]:
-        return [pod.model for pod in self.pods.values() if pod.model is not None]
+    def _holding(self) -> list[tuple[placement.Pod, str | None]]:
+        return [(pod.model, pod.view.node_name) for pod in self.pods.values() if pod.model is not None]
 
     def _hami_cluster(self) -> placement.Cluster:
         assert self.hami_cards is not None
         cluster = placement.Cluster.from_tenant(self.hami_cards, with_quota=self.quota_enforced)
         if self.hami_nodes is not None:
             cluster.nodes = [replace(node, devices=[replace(d) for d in node.devices]) for node in self.hami_nodes]
-        for pod in self._holding():  # replay, in creation order, what already holds cards
-            assert cluster.schedule(pod).scheduled
+        for pod, node in self._holding():  # replay, in creation order, what already holds cards
+            assert cluster.schedule(pod, prefer_node=node).scheduled
         return cluster
 
     def create_pod(self, namespace: str, manifest: Mapping[str, Any]) -> PodView:
@@ -248,7 +249,7 @@ class FakeKube:
                 "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector.",
             )
             return view
-        result = cluster.schedule(model)
+        result = cluster.schedule(model, prefer_node=self.tie_break)
         if result.stage == placement.STAGE_ADMISSION:
             raise ApiRefused(400, result.message)
         if name in self.force_bind and not result.scheduled:
@@ -857,6 +858,35 @@ def test_fractional_fit_fails_when_pods_land_elsewhere_than_the_model_predicts()
     assert fit.status == report.FAIL and "the model expects tenant-a-worker-0#0 (A100-80GB) ×3" in fit.detail
     assert nxt.status == report.SKIP and nxt.detail == "not run: fractional-fit failed"
     assert w.tenants["tenant-a"].leftovers() == []
+
+
+TWO_NODES_RAW = [{"name": f"lab-worker-{i}", "gpus": [{"model": "L4", "count": 4}]} for i in (0, 1)]
+TWO_NODES = StackConfig.load({"tenants": [{"name": "lab", "workers": TWO_NODES_RAW}]})
+
+
+@pytest.mark.parametrize("tie_break", [None, "lab-worker-1"])
+def test_fractional_fit_follows_hamis_choice_between_equally_scored_nodes(tie_break: str | None):
+    # Two idle nodes of four L4s score the same for the first probe: HAMi's pick depends on
+    # goroutine timing (the model takes lab-worker-0). Binpack then fills that node first, so
+    # with six probes the tie decides which node holds four and which two.
+    w = world(TWO_NODES)
+    w.tenants["lab"].tie_break = tie_break
+    fit = run_one(w, "fractional-fit", max_fit_pods=6)["lab"]
+    assert fit.status == report.PASS, fit.detail
+    first, second = ("lab-worker-1", "lab-worker-0") if tie_break else ("lab-worker-0", "lab-worker-1")
+    assert (fit.detail.count(f"{first}#"), fit.detail.count(f"{second}#")) == (4, 2), fit.detail
+
+
+def test_a_tie_does_not_excuse_a_card_the_model_would_not_take():
+    w = world(TWO_NODES)
+    # The tie is followed, but "HAMi" then keeps a fifth probe on the same node, which has only
+    # four cards the model knows of.
+    w.tenants["lab"].tie_break = "lab-worker-1"
+    w.tenants["lab"].hami_cards = tenant_of(
+        {"name": "lab", "workers": [{"name": f"lab-worker-{i}", "gpus": [{"model": "L4", "count": 4 + i}]} for i in range(2)]}
+    )
+    fit = run_one(w, "fractional-fit", max_fit_pods=6)["lab"]
+    assert fit.status == report.FAIL and "the model expects" in fit.detail
 
 
 def test_fractional_next_fails_when_the_next_pod_is_placed_or_pending_for_another_reason():

@@ -221,12 +221,17 @@ class Plan:
         return counts
 
 
-def plan_fractional(cluster: Cluster, namespace: str, prefix: str, max_pods: int) -> Plan:
-    """``PROBE_MEMORY_MIB``/``PROBE_CORES`` probes until the model refuses one (at most ``max_pods`` placed)."""
+def plan_fractional(cluster: Cluster, namespace: str, prefix: str, max_pods: int, nodes: Sequence[str | None] = ()) -> Plan:
+    """``PROBE_MEMORY_MIB``/``PROBE_CORES`` probes until the model refuses one (at most ``max_pods`` placed).
+
+    ``nodes`` are where live probes landed, in order: where HAMi broke a tie between equally
+    scored nodes differently from the model, the plan follows it (see ``Cluster.schedule``).
+    """
     placed: list[Step] = []
     for number in range(1, max_pods + 2):
         probe = Probe(f"{prefix}-{number}", PROBE_MEMORY_MIB, PROBE_CORES)
-        step = Step(probe, cluster.schedule(probe.model_pod(namespace)))
+        prefer = nodes[number - 1] if number <= len(nodes) else None
+        step = Step(probe, cluster.schedule(probe.model_pod(namespace), prefer_node=prefer))
         if not step.result.scheduled:
             return Plan(tuple(placed), step)
         if len(placed) == max_pods:
