@@ -12,10 +12,11 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from gpu_tenancy.config import StackConfig, Tenant
 from gpu_tenancy.stack_file import load_stack_config
 from tests.shell import executable
 from tools import validate
-from tools.validation import checks, expect, kube, outputs, report, runner
+from tools.validation import checks, expect, interrupts, kube, outputs, report, runner
 from tools.validation.context import RUN_LABEL, Cleanup, Run, Settings, Target
 from tools.validation.kube import ApiRefused, EventView, KubeError, NodeView, PodView, TlsRefused, Unreachable, Workload
 
@@ -1714,3 +1715,54 @@ def test_the_e2e_workflow_deploys_validates_uploads_and_always_destroys():
     upload = next(step for step in steps if str(step.get("uses", "")).startswith("actions/upload-artifact@"))
     assert upload["if"] == "always()" and "validation-report" in upload["with"]["path"]
     assert steps.index(upload) < index["make destroy"], "the report is uploaded even if destroy hangs"
+
+
+@pytest.fixture
+def signals() -> Iterator[None]:
+    interrupts.reset()
+    yield
+    interrupts.reset()
+
+
+def test_an_interrupt_the_client_swallows_during_an_exec_handshake_is_still_an_interrupt(signals: None):
+    # kubernetes/stream/ws_client.py websocket_call turns a KeyboardInterrupt into ApiException(status=0).
+    def handshake(*args: Any, **kwargs: Any) -> Any:
+        try:
+            interrupts.handle(signal.SIGINT, None)
+        except KeyboardInterrupt as interrupt:
+            raise ApiException(status=0, reason=str(interrupt)) from None
+
+    with pytest.raises(KeyboardInterrupt):
+        kube.LiveKube(live_apis(), "s", streamer=handshake).pod_exec("ns", "p", ["/pause"])
+
+
+def test_a_second_signal_lets_the_cleanup_finish_and_a_third_abandons_it(signals: None, capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.handle(signal.SIGINT, None)
+    interrupts.handle(signal.SIGTERM, None)  # CI's follow-up SIGTERM: the cleanup goes on
+    assert "interrupt again to abandon it" in capsys.readouterr().err
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.handle(signal.SIGINT, None)
+    # A client error during the cleanup after the first signal is an error, not an interrupt.
+    interrupts.reset()
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.handle(signal.SIGINT, None)
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise ApiException(status=0, reason="Handshake status 500")
+
+    with pytest.raises(KubeError, match="Handshake status 500"):
+        kube.LiveKube(live_apis(), "s", streamer=refused).pod_exec("ns", "p", ["/pause"])
+
+
+def test_an_interrupted_run_says_what_its_cleanup_left(tmp_path):
+    w = world()
+    w.tenants["tenant-a"].fail_on["pod_exec"] = KeyboardInterrupt()  # type: ignore[assignment]
+    w.tenants["tenant-a"].fail_on["delete_pod"] = ApiRefused(403, "forbidden")
+    outputs_file = tmp_path / "o.json"
+    outputs_file.write_text(json.dumps(outputs_document(DEV, w.tenants)))
+    code, out, err = run_cli(
+        ["--outputs", str(outputs_file), "--config", str(DEV_FILE), "-q"], connector=w.connector, clock=w.clock
+    )
+    assert code == 130 and out == ""
+    assert "interrupted; the cleanup left: cleanup: could not delete pod" in err and "were deleted" not in err

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -31,8 +30,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
+from tools.validation import interrupts
 from tools.validation.checks import CATALOGUE, CHECK_IDS
-from tools.validation.context import Clock, Settings, SystemClock, new_run_id
+from tools.validation.context import RUN_LABEL, Clock, Settings, SystemClock, new_run_id
 from tools.validation.kube import Connector, connect
 from tools.validation.outputs import (
     Runner,
@@ -44,7 +44,7 @@ from tools.validation.outputs import (
     read_pulumi_outputs,
 )
 from tools.validation.report import exit_code, table, write_report
-from tools.validation.runner import open_run, run_checks
+from tools.validation.runner import Interrupted, open_run, run_checks
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 UNAVAILABLE = 2
@@ -103,9 +103,15 @@ def main(
     settings = replace(settings or Settings(), max_fit_pods=args.max_fit_pods)
     try:
         return _validate(args, stdout, stderr, connector, runner, which, clock, settings)
+    except Interrupted as interrupted:
+        if interrupted.leftovers:
+            stderr.write(f"validate: interrupted; the cleanup left: {'; '.join(interrupted.leftovers)}\n")
+        else:
+            stderr.write("validate: interrupted; the run's probe pods and namespaces were deleted\n")
+        return 130
     except KeyboardInterrupt:
-        # run_checks has already deleted what the interrupted check and the run created.
-        stderr.write("validate: interrupted; the run's probe pods and namespaces were deleted\n")
+        # Before any check ran, or a third signal abandoned the cleanup.
+        stderr.write(f"validate: interrupted; anything the run created carries the label {RUN_LABEL}\n")
         return 130
 
 
@@ -148,12 +154,7 @@ def _validate(
     return code
 
 
-def _interrupt_on_terminate(_signum: int, _frame: object) -> None:
-    # A cancelled CI job sends SIGTERM; raising KeyboardInterrupt runs the same cleanup as Ctrl-C
-    # (probe pods and scratch namespaces deleted) instead of leaving them in the tenants.
-    raise KeyboardInterrupt
-
-
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, _interrupt_on_terminate)
+    # A cancelled CI job sends SIGINT, then SIGTERM: both stop the checks and let the cleanup run.
+    interrupts.install()
     sys.exit(main())

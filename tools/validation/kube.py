@@ -28,6 +28,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from kubernetes.stream import stream as kube_stream
 
+from . import interrupts
+
 # (connect, read) seconds for every request; an API server that answers at all does so quickly.
 REQUEST_TIMEOUT: tuple[float, float] = (5.0, 20.0)
 # Logs and exec go API server -> Konnectivity -> kubelet; a broken tunnel must not stall the run.
@@ -243,9 +245,13 @@ class LiveKube:
             if self._insecure:
                 # The isolation probe skips verification on purpose; one warning per request is noise.
                 warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
+            before = interrupts.received()
             try:
                 yield
             except _CLIENT_ERRORS as error:
+                # The client wraps an interrupt during an exec handshake as ApiException(status=0).
+                if interrupts.received() not in (before, 2):
+                    raise KeyboardInterrupt from None
                 raise translate(error) from None
 
     def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -67,6 +67,18 @@ def _open_target(tenant: TenantOutputs, declared: Tenant | None, connector: Conn
 Body = Callable[[Cleanup], list[Result]]
 
 
+class Interrupted(KeyboardInterrupt):
+    """The run was interrupted and cleaned up; ``leftovers`` is what the cleanup could not delete."""
+
+    def __init__(self, leftovers: Sequence[str]) -> None:
+        super().__init__()
+        self.leftovers = list(leftovers)
+
+
+def _leftovers(interrupt: KeyboardInterrupt) -> list[str]:
+    return interrupt.leftovers if isinstance(interrupt, Interrupted) else []
+
+
 def guarded(run: Run, check_ids: Sequence[str], tenant: str, body: Body) -> list[Result]:
     """Run ``body`` for ``check_ids``; errors become failures and cleanup always runs."""
     wanted = [check for check in check_ids if run.wants(check)]
@@ -81,8 +93,9 @@ def guarded(run: Run, check_ids: Sequence[str], tenant: str, body: Body) -> list
         results = [failed(check, tenant, f"API error: {error}") for check in check_ids]
     except Exception as error:  # noqa: BLE001 - a bug in one check must not stop the others
         results = [failed(check, tenant, f"internal error: {type(error).__name__}: {error}") for check in check_ids]
-    finally:
-        problems = cleanup.run()
+    except KeyboardInterrupt as interrupt:
+        raise Interrupted([*_leftovers(interrupt), *cleanup.run()]) from None
+    problems = cleanup.run()
     seconds = run.clock.monotonic() - started
     results = [replace(r, seconds=seconds) for r in results if r.check in wanted]
     return [r.with_problem("; ".join(problems)) for r in results] if problems else results
@@ -145,6 +158,7 @@ def run_checks(run: Run) -> list[Result]:
         results += guarded(run, ["tenant-api"], target.name, lambda _c, t=target: check_tenant_api(run, t))
     reachable = [target for target in run.targets if target.version is not None]
     created: list[Target] = []
+    interrupted: KeyboardInterrupt | None = None
     try:
         if any(run.wants(check) for check in SCRATCH_CHECKS):
             for target in reachable:
@@ -168,9 +182,13 @@ def run_checks(run: Run) -> list[Result]:
                 results += _scratch_result(run, target, ids) or guarded(
                     run, ids, target.name, lambda cleanup, t=target, c=check: c(run, t, cleanup)
                 )
+    except KeyboardInterrupt as interrupt:
+        interrupted = interrupt
     finally:
-        results += _delete_scratch(created)
-    return _in_table_order(run, results)
+        deleted = _delete_scratch(created)
+    if interrupted is not None:
+        raise Interrupted([*_leftovers(interrupted), *(row.detail for row in deleted)]) from None
+    return _in_table_order(run, results + deleted)
 
 
 def _in_table_order(run: Run, results: list[Result]) -> list[Result]:
