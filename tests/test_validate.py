@@ -1766,3 +1766,26 @@ def test_an_interrupted_run_says_what_its_cleanup_left(tmp_path):
     )
     assert code == 130 and out == ""
     assert "interrupted; the cleanup left: cleanup: could not delete pod" in err and "were deleted" not in err
+
+
+def test_a_tenant_that_does_not_answer_fails_a_selection_without_tenant_api():
+    w = world()
+    w.tenants["tenant-b"].fail_on["server_version"] = Unreachable("no answer: timed out")
+    results = runner.run_checks(w.run(["webhook"]))
+    assert rows(results, "webhook")["tenant-b"].status == report.FAIL
+    assert report.exit_code(results) == 1
+    # With tenant-api selected, that row fails and the others are skipped.
+    results = runner.run_checks(w.run(["tenant-api", "webhook"]))
+    assert rows(results, "tenant-api")["tenant-b"].status == report.FAIL
+    assert rows(results, "webhook")["tenant-b"].status == report.SKIP
+
+
+def test_a_declared_tenant_missing_from_the_outputs_fails():
+    w = world()
+    document = outputs_document(DEV, w.tenants)
+    del document["tenants"]["tenant-b"]  # declared, never deployed
+    run = runner.open_run("dev", outputs.parse_outputs(document, "test"), DEV, w.connector, "abc123", clock=w.clock)
+    results = runner.run_checks(run)
+    missing = rows(results, "outputs")["tenant-b"]
+    assert missing.status == report.FAIL and "not in the stack's outputs" in missing.detail
+    assert report.exit_code(results) == 1

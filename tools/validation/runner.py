@@ -116,7 +116,20 @@ POD_CHECKS: tuple[tuple[tuple[str, ...], PodCheck], ...] = (
 
 def _unreachable(run: Run, ids: Sequence[str], target: Target) -> list[Result]:
     reason = f"not run: {target.problem or 'the tenant API does not answer'}"
-    return [skipped(check, target.name, reason) for check in ids if run.wants(check)]
+    # The tenant-api row fails for a tenant that does not answer; a selection without it must
+    # fail here instead, or `--check webhook` would pass with the tenant down.
+    row = skipped if run.wants("tenant-api") else failed
+    return [row(check, target.name, reason) for check in ids if run.wants(check)]
+
+
+def _undeployed(run: Run) -> list[Result]:
+    """Tenants the stack config declares that its outputs do not have (not deployed yet)."""
+    deployed = {target.name for target in run.targets}
+    return [
+        failed("outputs", tenant.name, f"declared in Pulumi.{run.stack}.yaml but not in the stack's outputs; run pulumi up")
+        for tenant in run.config.tenants
+        if tenant.name not in deployed
+    ]
 
 
 def _create_scratch(run: Run, target: Target) -> None:
@@ -151,7 +164,7 @@ def _delete_scratch(created: Sequence[Target]) -> list[Result]:
 
 def run_checks(run: Run) -> list[Result]:
     """Every selected check, in catalogue order; scratch namespaces are removed however it ends."""
-    results = guarded(run, ["management"], MANAGEMENT, lambda _cleanup: check_management(run))
+    results = _undeployed(run) + guarded(run, ["management"], MANAGEMENT, lambda _cleanup: check_management(run))
     for target in run.targets:
         results += guarded(run, ["control-plane"], target.name, lambda _c, t=target: check_control_plane(run, t))
     for target in run.targets:
