@@ -27,9 +27,13 @@ printf '%s\\n' 'net.bridge.bridge-nf-call-iptables = 1' 'net.bridge.bridge-nf-ca
   'net.ipv4.ip_forward = 1' > /etc/sysctl.d/99-gpu-tenancy.conf
 sysctl --quiet --system
 
-# kubelet refuses to run with swap on; off now and at boot.
+# kubelet refuses to run with swap on; off now and at boot. Swap that fstab does not list
+# (systemd's GPT auto-discovery, zram) has units of its own, masked so that it stays off.
 swapoff -a
 sed -ri '/^[^#].*[[:space:]]swap[[:space:]]/s/^/# gpu-tenancy: /' /etc/fstab
+systemctl list-units --type swap --all --plain --no-legend | awk '{ print $1 }' | while read -r unit; do
+  systemctl mask "$unit" >/dev/null
+done
 
 # containerd from the distribution, with the systemd cgroup driver the tenants' kubelets use.
 apt_get update -q

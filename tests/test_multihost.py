@@ -140,6 +140,7 @@ def test_ssh_worker_is_prepared_over_ssh(prod: harness.Render) -> None:
         "modprobe br_netfilter",
         "net.ipv4.ip_forward = 1",
         "swapoff -a",
+        "systemctl list-units --type swap --all",  # swap units fstab does not list stay off at boot
         "SystemdCgroup = true",
         "apt-mark hold kubelet kubeadm kubectl",
         'repository="$PACKAGE_REPOSITORY/$KUBERNETES_MINOR/deb/"',
