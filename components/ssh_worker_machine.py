@@ -41,6 +41,12 @@ apt_get install -y -q --no-install-recommends containerd ca-certificates curl gp
 if ! grep -q 'SystemdCgroup = true' /etc/containerd/config.toml 2>/dev/null; then
   mkdir -p /etc/containerd
   containerd config default | sed 's/SystemdCgroup = false/SystemdCgroup = true/' > /etc/containerd/config.toml
+  # containerd 2.0 and 2.1 leave the option out of their default (containerd#12101): add it to
+  # runc's options, whose table both config versions name ...runtimes.runc.options].
+  grep -q 'SystemdCgroup = true' /etc/containerd/config.toml ||
+    sed -i '/runtimes\\.runc\\.options\\]/a SystemdCgroup = true' /etc/containerd/config.toml
+  grep -q 'SystemdCgroup = true' /etc/containerd/config.toml ||
+    { echo "could not set SystemdCgroup in /etc/containerd/config.toml ($(containerd --version))" >&2; exit 1; }
   systemctl restart containerd
 fi
 systemctl enable --now containerd

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from components.ssh_worker_machine import _PREPARE
 from gpu_tenancy.config import ConfigError, StackConfig
 from tests import fidelity
 from tests.conftest import COMMAND, CONTAINER, K8S_PROVIDER, PROJECT_DIR, RELEASE, TCP, render_config
-from tests.shell import assert_valid_machine_script
+from tests.shell import assert_valid_machine_script, executable
 from tools import harness
 
 REMOTE = "command:remote:Command"
@@ -333,3 +336,34 @@ def test_no_remote_command_asks_sshd_for_environment_variables(prod: harness.Ren
     assert remote and all("environment" not in r["inputs"] for r in remote)
     prepare = prod.one(REMOTE, "gpu-host-1-prepare")["inputs"]["stdin"]
     assert "KUBERNETES_VERSION=v1.36.4\n" in prepare and "GPU_MODE=nvidia\n" in prepare
+
+
+CONTAINERD_1_7 = """version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+  BinaryName = ""
+  SystemdCgroup = false
+"""
+# containerd 2.0/2.1's default leaves SystemdCgroup out (containerd#12101).
+CONTAINERD_2_0 = """version = 3
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+  BinaryName = ''
+"""
+
+
+@pytest.mark.parametrize("default", [CONTAINERD_1_7, CONTAINERD_2_0], ids=["containerd-1.7", "containerd-2.0"])
+def test_containerd_gets_the_systemd_cgroup_driver(default: str, tmp_path: Path) -> None:
+    start = _PREPARE.index("if ! grep -q 'SystemdCgroup = true'")
+    block = _PREPARE[start : _PREPARE.index("\nfi\n", start) + 4].replace("/etc/containerd", str(tmp_path / "containerd"))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (tmp_path / "default.toml").write_text(default)
+    executable(bin_dir / "containerd", f'#!/bin/sh\n[ "$1 $2" = "config default" ] && cat {tmp_path / "default.toml"}\n')
+    executable(bin_dir / "systemctl", f'#!/bin/sh\necho "$*" >> {tmp_path / "systemctl.log"}\n')
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    for _ in range(2):  # the second run finds the driver set and changes nothing
+        subprocess.run(["sh", "-eu", "-c", block], env=env, check=True, capture_output=True, text=True)
+    config = (tmp_path / "containerd" / "config.toml").read_text()
+    assert config.count("SystemdCgroup = true") == 1 and "SystemdCgroup = false" not in config
+    options = config.splitlines().index(next(line for line in config.splitlines() if "runtimes.runc.options]" in line))
+    assert "SystemdCgroup = true" in "\n".join(config.splitlines()[options:])
+    assert (tmp_path / "systemctl.log").read_text() == "restart containerd\n"
