@@ -69,15 +69,22 @@ exit 1
 
 
 def unregister_script(node: str) -> str:
+    # The capacity goes too: the mock plugin keeps advertising while it is non-zero, and the
+    # default scheduler would place a pod that skipped HAMi's webhook on a node with no cards.
+    kubectl = "kubectl --kubeconfig /etc/kubernetes/kubelet.conf"
+    remove_capacity = shlex.quote(f'[{{"op":"remove","path":"{_CAPACITY_PATH}"}}]')
     return (
         "systemctl disable --now gpu-tenancy-register.timer || true; "
         "rm -f /etc/systemd/system/gpu-tenancy-register.* /usr/local/bin/gpu-tenancy-register; "
-        f"kubectl --kubeconfig /etc/kubernetes/kubelet.conf annotate node {shlex.quote(node)} {gpus.REGISTER_ANNOTATION}- || true"
+        f"{kubectl} annotate node {shlex.quote(node)} {gpus.REGISTER_ANNOTATION}- || true; "
+        f"{kubectl} patch node {shlex.quote(node)} --subresource=status --type=json -p {remove_capacity} || true"
     )
 
 
 class GpuRegistration(pulumi.ComponentResource):
     """The cards of one worker, registered on its node the way HAMi's device plugin would."""
+
+    command: pulumi.Resource
 
     def __init__(
         self,
@@ -89,7 +96,7 @@ class GpuRegistration(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("gpu-tenancy:gpu:GpuRegistration", name, None, opts)
-        machine.run(
+        self.command = machine.run(
             f"{name}-gpu-registration",
             script=_REGISTER,
             environment={

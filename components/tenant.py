@@ -59,7 +59,7 @@ class Tenant(pulumi.ComponentResource):
         provider = self.control_plane.provider
         permissions = JoinPermissions(name, provider, child)
 
-        joins: list[pulumi.Resource] = []
+        joins: dict[str, pulumi.Resource] = {}
         for worker in config.workers:
             labels = {TENANT_LABEL: name, **({gpus.GPU_NODE_LABEL[0]: gpus.GPU_NODE_LABEL[1]} if worker.gpus else {})}
             join = WorkerJoin(
@@ -74,26 +74,30 @@ class Tenant(pulumi.ComponentResource):
                 node_labels=labels,
                 opts=child,
             )
-            joins.append(join.join)
+            joins[worker.name] = join.join
 
         network = TenantNetwork(
-            name, config.pod_cidr, self.control_plane.endpoint, versions, provider, joins, nested_nodes, child
+            name, config.pod_cidr, self.control_plane.endpoint, versions, provider, list(joins.values()), nested_nodes, child
         )
         mock_devices = config.gpu_mode == "mock"
-        hami = Hami(
+        # Simulated cards are registered on their nodes before HAMi starts, as real ones are there
+        # before their device plugin: HAMi's mock plugin may read the registration only when it
+        # starts (mock-device-plugin#10).
+        registrations = [
+            GpuRegistration(worker.name, name, machines[worker.name], worker.cards, [joins[worker.name]], child).command
+            for worker in config.workers
+            if mock_devices and worker.cards
+        ]
+        Hami(
             name,
             versions.hami,
             config.kubernetes_version,
             mock_devices=mock_devices,
             quota=config.quota,
             provider=provider,
-            depends_on=[*joins, *network.ready],
+            depends_on=[*joins.values(), *network.ready, *registrations],
             opts=child,
         )
-        if mock_devices:
-            for worker in config.workers:
-                if worker.cards:
-                    GpuRegistration(worker.name, name, machines[worker.name], worker.cards, [hami.release], child)
 
         self.outputs = {
             "kubeconfig": self.control_plane.kubeconfig,

@@ -72,11 +72,17 @@ def test_registration_runs_on_the_node_with_its_own_credentials(dev: harness.Ren
     assert "hami.io/node-nvidia-register=" in script
     assert "OnUnitActiveSec=30s" in script  # restored when the node re-registers
     assert "hami.io/node-nvidia-register-" in command["delete"]
+    # Unregistering removes the capacity too, or the node keeps advertising nvidia.com/gpu.
+    assert '\'[{"op":"remove","path":"/status/capacity/nvidia.com~1gpu"}]\'' in command["delete"]
 
 
-def test_registration_waits_for_hami(dev: harness.Render) -> None:
+def test_cards_are_registered_after_the_join_and_before_hami(dev: harness.Render) -> None:
+    # HAMi's mock device plugin may read the registration only when it starts (mock-device-plugin#10).
     command = registration(dev, "tenant-b-worker-0")
-    assert dev.one(RELEASE, "tenant-b-hami")["urn"] in command["dependencies"]
+    hami = dev.one(RELEASE, "tenant-b-hami")
+    assert dev.one(COMMAND, "tenant-b-worker-0-join")["urn"] in command["dependencies"]
+    assert command["urn"] in hami["dependencies"]
+    assert not dev.waits_for(command, hami)
     assert not dev.waits_for(command, dev.one(RELEASE, "tenant-a-hami"))
 
 

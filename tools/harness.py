@@ -18,6 +18,7 @@ import contextlib
 import contextvars
 import copy
 import gc
+import heapq
 import json
 import runpy
 from collections.abc import Callable, Iterator, Mapping
@@ -410,8 +411,36 @@ def _run_program(
     except pulumi.RunError as error:
         raise RenderError(str(error), monitor.records) from None
     outputs = _sync_await(_resolve(dict(get_root_resource().outputs), show_secrets))
-    resources = [{**record, "inputs": _plain(record["inputs"], show_secrets)} for record in monitor.records]
+    resources = [{**record, "inputs": _plain(record["inputs"], show_secrets)} for record in _in_dependency_order(monitor.records)]
     return Render(stack, resources, outputs, preview)
+
+
+def _in_dependency_order(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Records with every resource after its parent, provider and dependencies, ties by URN.
+
+    Registration order is that too, but which of two resources that become ready together
+    registers first depends on the event loop's history; the render must not.
+    """
+    by_urn = {record["urn"]: record for record in records}
+    waits = {
+        urn: {other for other in (*record["dependencies"], record["parent"], record["provider"]) if other in by_urn}
+        for urn, record in by_urn.items()
+    }
+    dependents: dict[str, list[str]] = {urn: [] for urn in by_urn}
+    for urn, others in waits.items():
+        for other in others:
+            dependents[other].append(urn)
+    ready = [urn for urn, others in waits.items() if not others]
+    heapq.heapify(ready)
+    ordered = []
+    while ready:
+        urn = heapq.heappop(ready)
+        ordered.append(by_urn[urn])
+        for dependent in dependents[urn]:
+            waits[dependent].discard(urn)
+            if not waits[dependent]:
+                heapq.heappush(ready, dependent)
+    return ordered
 
 
 async def _resolve(value: Any, show_secrets: bool) -> Any:
