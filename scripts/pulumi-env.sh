@@ -24,6 +24,13 @@ if [ -z "$backend" ]; then
   if whoami="$(pulumi whoami --json 2>/dev/null)"; then
     # Logged in: `pulumi login` chose the backend; its URL says whether it is Pulumi Cloud.
     backend="$(printf '%s\n' "$whoami" | sed -n 's/^ *"url": *"\([^"]*\)".*/\1/p')"
+  elif [ -n "${PULUMI_ACCESS_TOKEN:-}" ] ||
+    grep -qs '"current": *"[^"]' "${PULUMI_HOME:-$HOME/.pulumi}/credentials.json"; then
+    # A login exists but does not answer (network, expired token): a fresh local stack would
+    # deploy a second copy of everything, so stop instead.
+    echo "pulumi whoami failed although a login is configured (PULUMI_ACCESS_TOKEN or pulumi login):" \
+      "check it with \`pulumi whoami\`, or set PULUMI_BACKEND_URL" >&2
+    exit 2
   else
     mkdir -p "$project_dir/.pulumi-state"
     backend="file://$project_dir/.pulumi-state"

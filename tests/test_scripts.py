@@ -321,3 +321,20 @@ def test_shellcheck_flags_what_sh_n_lets_through() -> None:
     assert "SC2115" in shellcheck(risky) or "SC2086" in shellcheck(risky)
     with pytest.raises(AssertionError, match="SC2086"):
         assert_valid_machine_script("kubectl label node $NODE gpu=true\n")
+
+
+@pytest.mark.parametrize("login", ["PULUMI_ACCESS_TOKEN", "credentials.json"])
+def test_a_login_that_does_not_answer_stops_instead_of_deploying_locally(tmp_path: Path, login: str) -> None:
+    # An expired token or no network: falling back to .pulumi-state would deploy a second copy.
+    bin_dir = fake_pulumi(tmp_path, logged_in=False, stacks=[])
+    env = {}
+    if login == "PULUMI_ACCESS_TOKEN":
+        env["PULUMI_ACCESS_TOKEN"] = "pul-expired"
+    else:
+        (tmp_path / ".pulumi").mkdir()
+        (tmp_path / ".pulumi" / "credentials.json").write_text('{\n    "current": "https://api.pulumi.com"\n}\n')
+    result = run_env(tmp_path, bin_dir, "dev", "pulumi", "up", **env)
+    assert result.returncode == 2
+    assert "pulumi whoami failed although a login is configured" in result.stderr
+    assert not (tmp_path / "project" / ".pulumi-state").exists()
+    assert "stack init" not in (tmp_path / "pulumi.log").read_text()

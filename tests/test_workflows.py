@@ -6,11 +6,15 @@ this catches what GitHub would reject before running anything: a misspelt key, a
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
+
+from tests.shell import shellcheck
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 WORKFLOWS = sorted((PROJECT_DIR / ".github" / "workflows").glob("*.yml"))
@@ -43,3 +47,21 @@ def test_a_misspelt_key_is_refused(tmp_path: Path) -> None:
     broken.write_text(text.replace("runs-on:", "runs_on:", 1))
     result = check(broken)
     assert result.returncode == 1 and "runs_on" in result.stdout + result.stderr
+
+
+def run_steps() -> list[tuple[str, str]]:
+    """(workflow: step, script) of every `run:` step; ${{ }} expressions become a plain word."""
+    steps = []
+    for path in WORKFLOWS:
+        for job in yaml.safe_load(path.read_text())["jobs"].values():
+            for number, step in enumerate(job.get("steps", [])):
+                if "run" in step:
+                    script = re.sub(r"\$\{\{[^}]*\}\}", "EXPRESSION", step["run"])
+                    steps.append((f"{path.name}: {step.get('name', number)}", script))
+    return steps
+
+
+@pytest.mark.parametrize(("step", "script"), run_steps(), ids=[step for step, _ in run_steps()])
+def test_every_run_step_passes_shellcheck(step: str, script: str) -> None:
+    # GitHub runs them with bash -e on ubuntu runners.
+    assert shellcheck(script, shell="bash") == "", step
