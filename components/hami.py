@@ -38,7 +38,8 @@ def hami_values(kubernetes_version: str, mock_devices: bool) -> dict[str, Any]:
     return {
         "scheduler": scheduler,
         # The real plugin needs NVML and a GPU; the mock advertises the registered cards instead.
-        "devicePlugin": {"enabled": not mock_devices},
+        # Its vGPU monitor's Service would otherwise be a NodePort (31992) on every GPU host.
+        "devicePlugin": {"enabled": not mock_devices, "service": {"type": "ClusterIP"}},
         "mockDevicePlugin": {"enabled": mock_devices},
     }
 

@@ -19,7 +19,7 @@ def test_hami_release(dev: harness.Render) -> None:
 
 def test_hami_values(dev: harness.Render) -> None:
     values = dev.one(RELEASE, "tenant-b-hami")["inputs"]["values"]
-    assert values["devicePlugin"] == {"enabled": False}
+    assert values["devicePlugin"] == {"enabled": False, "service": {"type": "ClusterIP"}}
     assert values["mockDevicePlugin"] == {"enabled": True}
     assert values["scheduler"]["kubeScheduler"]["image"] == {
         "registry": "registry.k8s.io",

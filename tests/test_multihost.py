@@ -210,7 +210,7 @@ def test_ssh_workers_in_mock_mode_are_registered_on_the_host() -> None:
 
 def test_nvidia_mode_runs_hamis_real_device_plugin(prod: harness.Render) -> None:
     values = prod.one(RELEASE, "prod-a-hami")["inputs"]["values"]
-    assert values["devicePlugin"] == {"enabled": True}
+    assert values["devicePlugin"] == {"enabled": True, "service": {"type": "ClusterIP"}}  # no NodePort on GPU hosts
     assert values["mockDevicePlugin"] == {"enabled": False}
     assert "nodeLockExpire" not in values["scheduler"]  # the real plugin releases HAMi's bind lock
     assert [r for r in prod.resources if r["name"].endswith("-gpu-registration")] == []  # no fake registration
