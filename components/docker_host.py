@@ -19,6 +19,7 @@ class DockerHost(pulumi.ComponentResource):
 
     network: pulumi.Output[str]
     node_mounts: pulumi.Output[NodeMounts]
+    rootless: pulumi.Output[bool]
 
     def __init__(self, name: str, network: pulumi.Input[str], opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpu-tenancy:worker:DockerHost", name, None, opts)
@@ -29,4 +30,7 @@ class DockerHost(pulumi.ComponentResource):
         )
         self.network = pulumi.Output.from_input(network)
         self.node_mounts = info.stdout.apply(node_mounts)
+        # kind mounts /dev/fuse exactly when the engine is rootless; its nodes then need kind's
+        # rootless kubelet and kube-proxy settings too.
+        self.rootless = self.node_mounts.apply(lambda mounts: mounts.fuse)
         self.register_outputs({"dockerInfo": info.stdout})

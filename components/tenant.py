@@ -45,6 +45,7 @@ class Tenant(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         machines = {worker.name: self._machine(config, worker, docker_host) for worker in config.workers}
         nested_nodes = any(machine.nested for machine in machines.values())
+        rootless = docker_host.rootless if nested_nodes and docker_host is not None else False
         self.control_plane = TenantControlPlane(
             name,
             config,
@@ -54,6 +55,7 @@ class Tenant(pulumi.ComponentResource):
             nested_nodes=nested_nodes,
             data_store_version=versions.kamaji_etcd,
             depends_on=control_plane_prerequisites,
+            rootless=rootless,
             opts=child,
         )
         provider = self.control_plane.provider
@@ -77,7 +79,15 @@ class Tenant(pulumi.ComponentResource):
             joins[worker.name] = join.join
 
         network = TenantNetwork(
-            name, config.pod_cidr, self.control_plane.endpoint, versions, provider, list(joins.values()), nested_nodes, child
+            name,
+            config.pod_cidr,
+            self.control_plane.endpoint,
+            versions,
+            provider,
+            list(joins.values()),
+            nested_nodes,
+            rootless,
+            child,
         )
         mock_devices = config.gpu_mode == "mock"
         # Simulated cards are registered on their nodes before HAMi starts, as real ones are there

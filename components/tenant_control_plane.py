@@ -41,6 +41,12 @@ NESTED_KUBELET_PATCHES: list[dict[str, Any]] = [
         "value": {"nodefs.available": "0%", "nodefs.inodesFree": "0%", "imagefs.available": "0%"},
     },
 ]
+# On a rootless engine the nodes run in a user namespace, where kubelet cannot write kernel
+# settings; kind enables this gate for them (kubernetes-sigs/kind:pkg/cluster/internal/kubeadm/
+# config.go, RootlessProvider). Kamaji uploads no featureGates, so "add" creates the map.
+ROOTLESS_KUBELET_PATCHES: list[dict[str, Any]] = [
+    {"op": "add", "path": "/featureGates", "value": {"KubeletInUserNamespace": True}},
+]
 
 
 def control_plane_spec(
@@ -49,6 +55,7 @@ def control_plane_spec(
     konnectivity_version: str | None,
     nested_nodes: bool,
     data_store: str | None,
+    rootless: pulumi.Input[bool] = False,
 ) -> dict[str, Any]:
     """The TenantControlPlane ``spec`` (kamaji.clastix.io/v1alpha1).
 
@@ -61,9 +68,12 @@ def control_plane_spec(
         konnectivity["agent"]["version"] = konnectivity_version
     # "add", not "replace": Kamaji writes no cgroupDriver unless the deprecated kubelet.cgroupfs is
     # set, and "replace" fails on a missing key (clastix/kamaji#1310 fixed its own sample so).
-    kubelet_patches = [{"op": "add", "path": "/cgroupDriver", "value": "systemd"}]
+    patches = [{"op": "add", "path": "/cgroupDriver", "value": "systemd"}]
     if nested_nodes:
-        kubelet_patches += NESTED_KUBELET_PATCHES
+        patches += NESTED_KUBELET_PATCHES
+    kubelet_patches = pulumi.Output.from_input(rootless).apply(
+        lambda in_user_namespace: patches + ROOTLESS_KUBELET_PATCHES if nested_nodes and in_user_namespace else patches
+    )
     service_metadata: dict[str, Any] = {"labels": {TENANT_LABEL: tenant.name}}
     network_profile: dict[str, Any] = {
         "port": API_PORT,
@@ -139,6 +149,7 @@ class TenantControlPlane(pulumi.ComponentResource):
         nested_nodes: bool,
         data_store_version: str,
         depends_on: list[pulumi.Resource],
+        rootless: pulumi.Input[bool] = False,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(
@@ -163,7 +174,7 @@ class TenantControlPlane(pulumi.ComponentResource):
                 "labels": {**labels, "tenant.clastix.io": tenant.name},
                 "annotations": {"pulumi.com/waitFor": READY},
             },
-            spec=control_plane_spec(tenant, vip, konnectivity_version, nested_nodes, data_store),
+            spec=control_plane_spec(tenant, vip, konnectivity_version, nested_nodes, data_store, rootless),
             # Kamaji's CRD and webhooks come with its release; the LoadBalancer address with MetalLB's pool.
             opts=pulumi.ResourceOptions(
                 parent=self, depends_on=[*depends_on, *prerequisites], custom_timeouts=pulumi.CustomTimeouts(create="20m")

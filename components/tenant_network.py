@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import ipaddress
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -41,13 +42,18 @@ def calico_values(pod_cidr: ipaddress.IPv4Network, api_endpoint: pulumi.Input[st
     }
 
 
-def kube_proxy_configuration(pod_cidr: ipaddress.IPv4Network) -> str:
+def kube_proxy_configuration(pod_cidr: ipaddress.IPv4Network, rootless: bool = False) -> str:
     """kube-proxy's config for nodes that are containers.
 
     ``conntrack.maxPerCore: 0`` leaves nf_conntrack_max alone, as kind configures it: the sysctl
     is read-only in a nested network namespace and kube-proxy crash-loops trying to raise it.
-    ``clusterCIDR`` is set explicitly (clastix/kamaji#1289 leaves it empty).
+    On a rootless engine the TCP timeouts are left alone too (0s), as kind does: in a user
+    namespace those sysctls are not even visible. ``clusterCIDR`` is set explicitly
+    (clastix/kamaji#1289 leaves it empty).
     """
+    conntrack: dict[str, Any] = {"maxPerCore": 0}
+    if rootless:
+        conntrack |= {"tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"}
     return yaml.safe_dump(
         {
             "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
@@ -55,7 +61,7 @@ def kube_proxy_configuration(pod_cidr: ipaddress.IPv4Network) -> str:
             "clientConnection": {"kubeconfig": "/var/lib/kube-proxy/kubeconfig.conf"},
             "clusterCIDR": str(pod_cidr),
             "mode": "iptables",
-            "conntrack": {"maxPerCore": 0},
+            "conntrack": conntrack,
         },
         sort_keys=False,
     )
@@ -75,6 +81,7 @@ class TenantNetwork(pulumi.ComponentResource):
         provider: k8s.Provider,
         nodes: list[pulumi.Resource],
         nested_nodes: bool,
+        rootless: pulumi.Input[bool] = False,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(
@@ -107,10 +114,12 @@ class TenantNetwork(pulumi.ComponentResource):
         )
         self.ready = [calico]
         if nested_nodes:
-            self.ready += self._kube_proxy_override(name, pod_cidr)
+            self.ready += self._kube_proxy_override(name, pod_cidr, rootless)
         self.register_outputs({})
 
-    def _kube_proxy_override(self, name: str, pod_cidr: ipaddress.IPv4Network) -> list[pulumi.Resource]:
+    def _kube_proxy_override(
+        self, name: str, pod_cidr: ipaddress.IPv4Network, rootless: pulumi.Input[bool]
+    ) -> list[pulumi.Resource]:
         """Point Kamaji's kube-proxy at our configuration without fighting Kamaji's reconciler.
 
         Kamaji re-applies the kube-proxy ConfigMap's ``data`` and the DaemonSet fields it generates
@@ -124,7 +133,13 @@ class TenantNetwork(pulumi.ComponentResource):
         config = k8s.core.v1.ConfigMapPatch(
             f"{name}-kube-proxy-config",
             metadata=metadata,
-            binary_data={KUBE_PROXY_CONFIG_KEY: base64.b64encode(kube_proxy_configuration(pod_cidr).encode()).decode()},
+            binary_data=pulumi.Output.from_input(rootless).apply(
+                lambda in_user_namespace: {
+                    KUBE_PROXY_CONFIG_KEY: base64.b64encode(
+                        kube_proxy_configuration(pod_cidr, in_user_namespace).encode()
+                    ).decode()
+                }
+            ),
             opts=pulumi.ResourceOptions(parent=self),
         )
         daemon_set = k8s.apps.v1.DaemonSetPatch(

@@ -9,7 +9,7 @@ import pytest
 
 from tests import fidelity
 from tests.conftest import RELEASE, TCP, dev_config, render_config
-from tools import harness
+from tools import harness, mock_cloud
 
 CUSTOM_RESOURCES = {
     TCP: "kamaji/tenantcontrolplanes.yaml",
@@ -27,12 +27,18 @@ BUILTIN_PREFIXES = ("kubernetes:core/", "kubernetes:apps/", "kubernetes:rbac.aut
 
 @pytest.fixture(scope="module")
 def variant(dev_secrets: harness.Render) -> harness.Render:
-    """A config exercising the optional fields too: pinned VIP and pool, quota namespace, versions."""
+    """A config exercising the optional fields too: pinned VIP and pool, quota namespace, versions,
+    and a rootless docker engine (kind's rootless kubelet and kube-proxy settings)."""
     config = dev_config()
     config["network"] = {"pool": "172.18.255.200-172.18.255.250"}
     config["versions"] = {"konnectivity": "v0.35.0"}
     config["tenants"][1].update(vip="172.18.255.201", quota={"gpumem": 46068, "gpucores": 200, "namespace": "ml"})
-    return render_config(config, show_secrets=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(mock_cloud, "DOCKER_INFO", '{"driver":"fuse-overlayfs","securityOptions":["name=rootless"]}')
+        render = render_config(config, show_secrets=True)
+    patches = render.one(TCP, "tenant-a")["inputs"]["spec"]["kubernetes"]["kubelet"]["configurationJSONPatches"]
+    assert {"op": "add", "path": "/featureGates", "value": {"KubeletInUserNamespace": True}} in patches
+    return render
 
 
 @pytest.mark.parametrize("type_", sorted(CUSTOM_RESOURCES))

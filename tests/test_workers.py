@@ -9,6 +9,7 @@ import shutil
 import subprocess
 
 import pytest
+import yaml
 
 from gpu_tenancy import kubeadm, kubeconfig
 from tests.conftest import COMMAND, CONTAINER, K8S_PROVIDER, SECRET, TCP, dev_config, render_config
@@ -51,9 +52,22 @@ def test_containers_mount_what_the_engine_needs_as_kind_does(monkeypatch: pytest
         '{"driver":"overlay2","driverStatus":[["Backing Filesystem","btrfs"]],'
         '"securityOptions":["name=seccomp,profile=builtin","name=rootless"]}',
     )
-    container = render_config(dev_config()).one(CONTAINER, "tenant-a-worker-0")["inputs"]
+    render = render_config(dev_config(), show_secrets=True)
+    container = render.one(CONTAINER, "tenant-a-worker-0")["inputs"]
     assert {"hostPath": "/dev/mapper", "containerPath": "/dev/mapper"} in container["volumes"]
     assert container["devices"] == [{"hostPath": "/dev/fuse", "containerPath": "/dev/fuse"}]
+    # Rootless, as kind runs its nodes: kubelet in a user namespace, kube-proxy leaving the
+    # conntrack TCP timeouts alone (the sysctls are hidden there).
+    patches = render.one(TCP, "tenant-a")["inputs"]["spec"]["kubernetes"]["kubelet"]["configurationJSONPatches"]
+    assert {"op": "add", "path": "/featureGates", "value": {"KubeletInUserNamespace": True}} in patches
+    proxy = render.one("kubernetes:core/v1:ConfigMapPatch", "tenant-a-kube-proxy-config")["inputs"]["binaryData"]
+    conntrack = yaml.safe_load(base64.b64decode(next(iter(proxy.values()))))["conntrack"]
+    assert conntrack == {"maxPerCore": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"}
+
+
+def test_a_rootful_engine_gets_no_rootless_settings(dev: harness.Render) -> None:
+    patches = dev.one(TCP, "tenant-a")["inputs"]["spec"]["kubernetes"]["kubelet"]["configurationJSONPatches"]
+    assert not [patch for patch in patches if patch["path"] == "/featureGates"]
 
 
 def test_machine_image_is_pulled_at_the_tenant_version() -> None:
