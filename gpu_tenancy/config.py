@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Final, Literal
 
 from pydantic import (
     AfterValidator,
@@ -123,6 +123,21 @@ def _version(value: str) -> str:
     return value
 
 
+# The oldest HAMi chart with what the program relies on: mockDevicePlugin (HAMi#1534) and a
+# scheduler that reads the JSON device registration the program writes (hami.md, 2.2).
+OLDEST_HAMI_CHART: Final = (2, 8, 0)
+
+
+def _hami_chart(value: str) -> str:
+    match = re.match(r"^v?(\d+)\.(\d+)\.(\d+)", value.strip())
+    if match and tuple(int(part) for part in match.groups()) < OLDEST_HAMI_CHART:
+        oldest = ".".join(map(str, OLDEST_HAMI_CHART))
+        raise ValueError(
+            f"HAMi chart {value} is older than {oldest}, the first with the mock device plugin and the JSON device registration"
+        )
+    return value
+
+
 DnsLabel = Annotated[str, AfterValidator(_dns_1035)]
 HostLabel = Annotated[str, AfterValidator(_dns_1123)]
 KubernetesVersion = Annotated[str, AfterValidator(_kubernetes_version)]
@@ -165,7 +180,7 @@ class Versions(_Model):
     metallb: ChartVersion = versions.DEFAULT_CHART_VERSIONS["metallb"]
     kamaji: ChartVersion = versions.DEFAULT_CHART_VERSIONS["kamaji"]
     kamaji_etcd: ChartVersion = versions.DEFAULT_CHART_VERSIONS["kamajiEtcd"]
-    hami: ChartVersion = versions.DEFAULT_CHART_VERSIONS["hami"]
+    hami: Annotated[str, AfterValidator(_version), AfterValidator(_hami_chart)] = versions.DEFAULT_CHART_VERSIONS["hami"]
     calico: ChartVersion = versions.DEFAULT_CHART_VERSIONS["calico"]
     # Kamaji pairs Konnectivity with the tenant minor (v0.<minor>.0); pin an older one here when
     # that image is not yet published for the newest Kubernetes minor.

@@ -288,3 +288,14 @@ def test_several_problems_are_reported_together() -> None:
 @pytest.mark.parametrize("image", ["localhost:5000/kindest/node:v1.36.4", "registry.example.com/kindest/node@sha256:" + "a" * 64])
 def test_management_node_image_from_a_registry_with_a_port_or_digest(image: str) -> None:
     assert StackConfig.load({"management": {"nodeImage": image}}).management.node_image == image
+
+
+@pytest.mark.parametrize(("version", "refused"), [("2.7.1", True), ("v2.6.0", True), ("2.8.0", False), ("2.10.0", False)])
+def test_hami_charts_older_than_the_mock_plugin_are_refused(version: str, refused: bool) -> None:
+    raw = dev_config()
+    raw["versions"] = {"hami": version}
+    found = dict(problems_or_none(raw))
+    if refused:
+        assert "is older than 2.8.0, the first with the mock device plugin" in found["versions.hami"]
+    else:
+        assert "versions.hami" not in found
