@@ -124,7 +124,8 @@ def _version(value: str) -> str:
 
 
 # The oldest HAMi chart with what the program relies on: mockDevicePlugin (HAMi#1534) and a
-# scheduler that reads the JSON device registration the program writes (hami.md, 2.2).
+# scheduler that reads the JSON device registration the program writes (from v2.8.0 the only form
+# its scheduler parses).
 OLDEST_HAMI_CHART: Final = (2, 8, 0)
 
 
