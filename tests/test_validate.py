@@ -1789,3 +1789,12 @@ def test_a_declared_tenant_missing_from_the_outputs_fails():
     missing = rows(results, "outputs")["tenant-b"]
     assert missing.status == report.FAIL and "not in the stack's outputs" in missing.detail
     assert report.exit_code(results) == 1
+
+
+def test_a_handshake_that_fails_without_verification_proves_no_refusal():
+    # kube-apiserver asks for a client certificate and rejects a foreign one after the handshake
+    # (401); a TLS failure without verification means no API server judged the credentials.
+    w = world()
+    w.connector.cross[("tenant-a", False)] = TlsRefused("TLS handshake failed: wrong version number")
+    result = run_one(w, "isolation")["tenant-a"]
+    assert result.status == report.FAIL and "TLS failed even without verifying the server" in result.detail

@@ -205,8 +205,12 @@ def _refusal(run: Run, target: Target, other: Target, verify: bool) -> tuple[boo
     try:
         cross = run.connector(target.outputs.kubeconfig, server=other.outputs.endpoint, verify=verify)
         cross.list_namespaces()
-    except TlsRefused:
-        return True, f"TLS refused ({mode})"
+    except TlsRefused as error:
+        if verify:
+            return True, f"TLS refused ({mode})"
+        # kube-apiserver only requests client certificates in the handshake and judges them after
+        # it (401), so without verification a failed handshake is not an API server's refusal.
+        return False, f"TLS failed even without verifying the server, so {other.name}'s API judged no credentials: {error}"
     except ApiRefused as error:
         if error.status in (401, 403):
             return True, f"HTTP {error.status} ({mode})"
