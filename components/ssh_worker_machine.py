@@ -32,7 +32,8 @@ sysctl --quiet --system
 swapoff -a
 sed -ri '/^[^#].*[[:space:]]swap[[:space:]]/s/^/# gpu-tenancy: /' /etc/fstab
 systemctl list-units --type swap --all --plain --no-legend | awk '{ print $1 }' | while read -r unit; do
-  systemctl mask "$unit" >/dev/null
+  # A unit file of the host's own in /etc cannot be masked over; it is disabled instead.
+  systemctl mask "$unit" >/dev/null 2>&1 || systemctl disable "$unit" >/dev/null
 done
 
 # containerd from the distribution, with the systemd cgroup driver the tenants' kubelets use.
@@ -81,12 +82,14 @@ systemctl enable kubelet
 """
 
 # Leave the host as kubeadm's reset guide does, and remove what the preparation installed. Of
-# iptables only kube-proxy's (KUBE-) and Calico's (cali-) chains and rules go: flushing everything
-# would drop the host's own firewall, and with a default-drop policy the SSH session itself.
+# iptables only kube-proxy's (KUBE- chains) and Calico's (cali- chains, and "cali:" comments on its
+# rules in the built-in chains) go: flushing everything would drop the host's own firewall, and
+# with a default-drop policy the SSH session itself.
 _CLEAN_UP = (
     "kubeadm reset --force || true; "
     "rm -rf /etc/cni/net.d /var/lib/cni /etc/kubernetes /var/lib/kubelet; "
-    "iptables-save | grep -v -e KUBE- -e cali- | iptables-restore || true; "
+    "for table in iptables ip6tables; do "
+    '"$table-save" | grep -v -e KUBE- -e "cali[-:]" | "$table-restore" || true; done; '
     "apt-mark unhold kubelet kubeadm kubectl || true; "
     "DEBIAN_FRONTEND=noninteractive apt-get purge -y -q kubelet kubeadm kubectl || true; "
     "rm -f /etc/apt/sources.list.d/kubernetes.list /etc/modules-load.d/gpu-tenancy.conf /etc/sysctl.d/99-gpu-tenancy.conf"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from components.ssh_worker_machine import _PREPARE
+from components.ssh_worker_machine import _CLEAN_UP, _PREPARE
 from gpu_tenancy.config import ConfigError, StackConfig
 from tests import fidelity
 from tests.conftest import COMMAND, CONTAINER, K8S_PROVIDER, PROJECT_DIR, RELEASE, TCP, render_config
@@ -154,7 +154,8 @@ def test_ssh_worker_is_prepared_over_ssh(prod: harness.Render) -> None:
     assert "PACKAGE_REPOSITORY=https://pkgs.k8s.io/core:/stable:\n" in script
     assert "kubeadm reset --force" in prepare["delete"] and "/etc/cni/net.d" in prepare["delete"]
     # Only kube-proxy's and Calico's iptables rules go; the host's firewall (and SSH) stays.
-    assert "iptables-save | grep -v -e KUBE- -e cali- | iptables-restore" in prepare["delete"]
+    assert '"$table-save" | grep -v -e KUBE- -e "cali[-:]" | "$table-restore"' in prepare["delete"]
+    assert "for table in iptables ip6tables" in prepare["delete"]
     assert "iptables -F" not in prepare["delete"] and "iptables -X" not in prepare["delete"]
 
 
@@ -367,3 +368,40 @@ def test_containerd_gets_the_systemd_cgroup_driver(default: str, tmp_path: Path)
     options = config.splitlines().index(next(line for line in config.splitlines() if "runtimes.runc.options]" in line))
     assert "SystemdCgroup = true" in "\n".join(config.splitlines()[options:])
     assert (tmp_path / "systemctl.log").read_text() == "restart containerd\n"
+
+
+IPTABLES = """*filter
+:INPUT DROP [0:0]
+:FORWARD DROP [0:0]
+:KUBE-FORWARD - [0:0]
+:cali-FORWARD - [0:0]
+-A INPUT -p tcp --dport 22 -j ACCEPT
+-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD
+-A FORWARD -m comment --comment "cali:wUHhoiAYhphO9Mso" -j cali-FORWARD
+-A FORWARD -m comment --comment "cali:S93hcgKJrXEqnTfs" -m mark --mark 0x10000/0x10000 -j ACCEPT
+-A FORWARD -i docker0 -j ACCEPT
+COMMIT
+"""
+
+
+def test_destroy_removes_only_kube_proxys_and_calicos_iptables_rules(tmp_path: Path) -> None:
+    start = _CLEAN_UP.index("for table in")
+    loop = _CLEAN_UP[start : _CLEAN_UP.index("done; ", start) + len("done;")]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (tmp_path / "rules").write_text(IPTABLES)
+    for table in ("iptables", "ip6tables"):
+        executable(bin_dir / f"{table}-save", f"#!/bin/sh\ncat {tmp_path / 'rules'}\n")
+        executable(bin_dir / f"{table}-restore", f"#!/bin/sh\ncat > {tmp_path / table}.restored\n")
+    subprocess.run(["sh", "-c", loop], env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, check=True)
+    restored = (tmp_path / "iptables.restored").read_text()
+    # The host's own policy and rules stay, the SSH rule first of all.
+    assert restored.splitlines() == [
+        "*filter",
+        ":INPUT DROP [0:0]",
+        ":FORWARD DROP [0:0]",
+        "-A INPUT -p tcp --dport 22 -j ACCEPT",
+        "-A FORWARD -i docker0 -j ACCEPT",
+        "COMMIT",
+    ]
+    assert (tmp_path / "ip6tables.restored").read_text() == restored

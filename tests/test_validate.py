@@ -9,6 +9,7 @@ bounded wait runs instantly.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -1798,3 +1799,25 @@ def test_a_handshake_that_fails_without_verification_proves_no_refusal():
     w.connector.cross[("tenant-a", False)] = TlsRefused("TLS handshake failed: wrong version number")
     result = run_one(w, "isolation")["tenant-a"]
     assert result.status == report.FAIL and "TLS failed even without verifying the server" in result.detail
+
+
+def test_an_interrupt_during_the_cleanup_abandons_it_and_says_so(tmp_path):
+    w = world()
+    w.tenants["tenant-a"].fail_on["pod_exec"] = KeyboardInterrupt()  # type: ignore[assignment]
+    w.tenants["tenant-a"].fail_on["delete_pod"] = KeyboardInterrupt()  # type: ignore[assignment]
+    outputs_file = tmp_path / "o.json"
+    outputs_file.write_text(json.dumps(outputs_document(DEV, w.tenants)))
+    args = ["--outputs", str(outputs_file), "--config", str(DEV_FILE), "-q"]
+    code, _, err = run_cli(args, connector=w.connector, clock=w.clock)
+    assert code == 130
+    assert "were deleted" not in err and f"anything the run created carries the label {RUN_LABEL}" in err
+
+
+def test_which_signals_raise(signals: None):
+    assert not interrupts.raised_since(0)
+    for _ in range(2):
+        with contextlib.suppress(KeyboardInterrupt):
+            interrupts.handle(signal.SIGINT, None)
+    # The first and second both arrived during one call: the first raised, so it is an interrupt.
+    assert interrupts.raised_since(0)
+    assert not interrupts.raised_since(1)  # only the second, which lets the cleanup go on

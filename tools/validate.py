@@ -110,7 +110,7 @@ def main(
             stderr.write("validate: interrupted; the run's probe pods and namespaces were deleted\n")
         return 130
     except KeyboardInterrupt:
-        # Before any check ran, or a third signal abandoned the cleanup.
+        # Before the checks began, or a third signal abandoned the cleanup (CleanupAbandoned).
         stderr.write(f"validate: interrupted; anything the run created carries the label {RUN_LABEL}\n")
         return 130
 

@@ -23,6 +23,11 @@ def received() -> int:
     return _received
 
 
+def raised_since(count: int) -> bool:
+    """Whether a signal that raises (the first, or any after the second) arrived after ``count`` of them."""
+    return any(number != 2 for number in range(count + 1, _received + 1))
+
+
 def handle(_signum: int, _frame: FrameType | None) -> None:
     global _received  # noqa: PLW0603 - signal handlers share state only through module globals
     _received += 1

@@ -250,7 +250,7 @@ class LiveKube:
                 yield
             except _CLIENT_ERRORS as error:
                 # The client wraps an interrupt during an exec handshake as ApiException(status=0).
-                if interrupts.received() not in (before, 2):
+                if interrupts.raised_since(before):
                     raise KeyboardInterrupt from None
                 raise translate(error) from None
 

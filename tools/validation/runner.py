@@ -75,6 +75,17 @@ class Interrupted(KeyboardInterrupt):
         self.leftovers = list(leftovers)
 
 
+class CleanupAbandoned(KeyboardInterrupt):
+    """Interrupted again while cleaning up after an interrupt: nothing more is deleted."""
+
+
+def _clean_up_after_interrupt(cleanup: Callable[[], list[str]]) -> list[str]:
+    try:
+        return cleanup()
+    except KeyboardInterrupt:
+        raise CleanupAbandoned from None
+
+
 def _leftovers(interrupt: KeyboardInterrupt) -> list[str]:
     return interrupt.leftovers if isinstance(interrupt, Interrupted) else []
 
@@ -94,7 +105,7 @@ def guarded(run: Run, check_ids: Sequence[str], tenant: str, body: Body) -> list
     except Exception as error:  # noqa: BLE001 - a bug in one check must not stop the others
         results = [failed(check, tenant, f"internal error: {type(error).__name__}: {error}") for check in check_ids]
     except KeyboardInterrupt as interrupt:
-        raise Interrupted([*_leftovers(interrupt), *cleanup.run()]) from None
+        raise Interrupted([*_leftovers(interrupt), *_clean_up_after_interrupt(cleanup.run)]) from None
     problems = cleanup.run()
     seconds = run.clock.monotonic() - started
     results = [replace(r, seconds=seconds) for r in results if r.check in wanted]
@@ -195,13 +206,17 @@ def run_checks(run: Run) -> list[Result]:
                 results += _scratch_result(run, target, ids) or guarded(
                     run, ids, target.name, lambda cleanup, t=target, c=check: c(run, t, cleanup)
                 )
+    except CleanupAbandoned:
+        raise
     except KeyboardInterrupt as interrupt:
         interrupted = interrupt
-    finally:
-        deleted = _delete_scratch(created)
+    except BaseException:
+        _delete_scratch(created)
+        raise
     if interrupted is not None:
-        raise Interrupted([*_leftovers(interrupted), *(row.detail for row in deleted)]) from None
-    return _in_table_order(run, results + deleted)
+        deleted = _clean_up_after_interrupt(lambda: [row.detail for row in _delete_scratch(created)])
+        raise Interrupted([*_leftovers(interrupted), *deleted]) from None
+    return _in_table_order(run, results + _delete_scratch(created))
 
 
 def _in_table_order(run: Run, results: list[Result]) -> list[Result]:
