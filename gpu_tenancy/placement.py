@@ -22,7 +22,9 @@ cluster does when they are created in that order (HAMi's node lock serialises bi
 Where HAMi is non-deterministic (goroutine completion order decides ties between equally scored
 nodes, ``scheduler.go`` ``Filter`` takes the last of a sort over that order) the model takes the
 candidate whose node name sorts first. Float scores are computed in float32, as Go does, so ties
-and orderings match. Not modelled: MIG and MPS partitioning, topology-aware pair scores (without
+and orderings match. Not modelled: the release of a pod's init-container usage once its init
+containers have succeeded (HAMi#1773; a placed pod keeps ``max(init, sum of app containers)``
+here, as while its init containers run), MIG and MPS partitioning, topology-aware pair scores (without
 ``hami.io/node-nvidia-score`` HAMi's choice degrades to the first candidates, which is what the
 model returns), kube-scheduler's own predicates (taints, selectors, CPU/memory), pod priorities,
 and the bind-time node lock. Messages follow kube-scheduler's ``FitError`` form
@@ -633,10 +635,11 @@ def type_allowed(annotations: Mapping[str, str], device: Device) -> bool:
 
 
 def uuid_allowed(annotations: Mapping[str, str], device: Device) -> bool:
-    """``pkg/device/devices.go`` ``CheckUUID`` (v2.10, #1965): exact ids, both lists apply."""
-    if USE_GPUUUID in annotations and device.id not in [u.strip() for u in annotations[USE_GPUUUID].split(",")]:
-        return False
-    return not (NOUSE_GPUUUID in annotations and device.id in [u.strip() for u in annotations[NOUSE_GPUUUID].split(",")])
+    """``pkg/device/devices.go`` ``CheckUUID`` (v2.10, #1965): exact ids, both lists apply; an
+    empty list is no constraint (#2045)."""
+    use = [u.strip() for u in annotations.get(USE_GPUUUID, "").split(",") if u.strip()]
+    nouse = [u.strip() for u in annotations.get(NOUSE_GPUUUID, "").split(",") if u.strip()]
+    return (not use or device.id in use) and device.id not in nouse
 
 
 # --- scores and sort (float32, like Go) ------------------------------------------------------
@@ -1055,7 +1058,8 @@ class Cluster:
                 node_reasons=node_reasons,
                 message=unschedulable_message(node_reasons, len(self.nodes)),
             )
-        chosen = self._choose(fits, pod.annotations.get(NODE_POLICY_ANNOTATION, self.config.node_policy), prefer_node)
+        ranked = self._rank(fits, pod.annotations.get(NODE_POLICY_ANNOTATION, self.config.node_policy), prefer_node)
+        chosen = ranked[-1]
         self._take(self.node(chosen.node), chosen.devices, len(pod.init_containers), pod.namespace)
         return PodResult(
             pod.name,
@@ -1064,7 +1068,7 @@ class Cluster:
             node=chosen.node,
             devices=chosen.devices,
             node_reasons=node_reasons,
-            message=filtering_succeeded_message(chosen.node, fits, len(node_reasons)),
+            message=filtering_succeeded_message(chosen.node, ranked, len(node_reasons)),
         )
 
     def _filter(
@@ -1084,17 +1088,19 @@ class Cluster:
         return fits, node_reasons
 
     @staticmethod
-    def _choose(fits: Sequence[NodeFit], policy: str, prefer: str | None = None) -> NodeFit:
-        """``node_policy.go`` ``NodeScoreList.Less`` + Filter taking the last element.
+    def _rank(fits: Sequence[NodeFit], policy: str, prefer: str | None = None) -> list[NodeFit]:
+        """The fits in the order Filter leaves them, the chosen node last.
 
-        spread takes the least used node, anything else (binpack) the most used. Equal scores:
-        HAMi's pick depends on goroutine timing; ``fits`` is in node-name order and min/max
-        return the first, so the model takes the name that sorts first, unless ``prefer`` names
-        another node with the same score.
+        ``scheduler.go`` ``Filter`` sorts the scores with ``node_policy.go`` ``NodeScoreList.Less``
+        (ascending for binpack, descending for spread), takes the last element and prints the
+        list in that order in FilteringSucceed. Equal scores keep goroutine completion order, so
+        HAMi's pick among them is not deterministic; the model takes the tied node whose name
+        sorts first (``fits`` is in name order), unless ``prefer`` names another tied node.
         """
-        best = min(fits, key=lambda fit: fit.score) if policy == SPREAD else max(fits, key=lambda fit: fit.score)
-        tied = [fit for fit in fits if fit.node == prefer and fit.score == best.score]
-        return tied[0] if tied else best
+        ranked = sorted(fits, key=lambda fit: fit.score, reverse=policy == SPREAD)  # stable, as Go's for <= 12
+        tied = [fit for fit in ranked if fit.score == ranked[-1].score]
+        chosen = next((fit for fit in tied if fit.node == prefer), tied[0])
+        return [fit for fit in ranked if fit is not chosen] + [chosen]
 
     def _take(self, node: Node, devices: Sequence[Sequence[Allocation]], init_count: int, namespace: str) -> None:
         held = collapse_usage(devices, init_count)
