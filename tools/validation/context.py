@@ -47,7 +47,7 @@ class Settings:
     event_timeout: float = 90.0  # a FailedScheduling event carrying the model's reasons
     gone_timeout: float = 90.0  # deleted pods gone, so HAMi releases their cards
     namespace_timeout: float = 60.0  # the scratch namespace's default ServiceAccount
-    registration_timeout: float = 60.0  # the mock device plugin re-reads nodes every 30s
+    registration_timeout: float = 60.0  # recent mock device plugins re-read nodes every 30s
     max_fit_pods: int = DEFAULT_MAX_FIT_PODS
 
 
