@@ -106,7 +106,8 @@ def test_the_readme_describes_every_config_key() -> None:
         # A key inside an object described on one row (quota, gpus, ssh) is named in that row.
         parent, _, leaf = path.rpartition(".")
         parents = [row for row in rows if parent.startswith(row)]
-        if not any(re.search(rf"\b{leaf}\b", rows[row]) for row in parents):
+        # Named in the row's code spans (`{host, user, ...}`), not merely a word of its prose.
+        if not any(re.search(rf"\b{leaf}\b", " ".join(re.findall(r"`([^`]*)`", rows[row]))) for row in parents):
             missing.append(path)
     assert missing == []
     assert set(rows) <= set(config_paths(StackConfig)), "a README row names no config key"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 from gpu_tenancy import gpus
 from tests.conftest import COMMAND, RELEASE, dev_config, render_config
@@ -73,7 +74,9 @@ def test_registration_runs_on_the_node_with_its_own_credentials(dev: harness.Ren
     assert "OnUnitActiveSec=30s" in script  # restored when the node re-registers
     assert "hami.io/node-nvidia-register-" in command["delete"]
     # Unregistering removes the capacity too, or the node keeps advertising nvidia.com/gpu.
-    assert '\'[{"op":"remove","path":"/status/capacity/nvidia.com~1gpu"}]\'' in command["delete"]
+    remove = '--subresource=status --type=json -p \'[{"op":"remove","path":"/status/capacity/nvidia.com~1gpu"}]\''
+    inner = shlex.split(command["delete"])[5]  # docker exec <container> sh -c <script> || true
+    assert f"patch node tenant-a-worker-0 {remove}" in inner
 
 
 def test_cards_are_registered_after_the_join_and_before_hami(dev: harness.Render) -> None:

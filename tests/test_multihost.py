@@ -143,7 +143,8 @@ def test_ssh_worker_is_prepared_over_ssh(prod: harness.Render) -> None:
         "modprobe br_netfilter",
         "net.ipv4.ip_forward = 1",
         "swapoff -a",
-        "systemctl list-units --type swap --all",  # swap units fstab does not list stay off at boot
+        # Swap units fstab does not list stay off at boot: masked, or disabled when the host owns the file.
+        'systemctl mask "$unit" >/dev/null 2>&1 || systemctl disable "$unit" >/dev/null\ndone',
         "SystemdCgroup = true",
         "apt-mark hold kubelet kubeadm kubectl",
         'repository="$PACKAGE_REPOSITORY/$KUBERNETES_MINOR/deb/"',
@@ -221,7 +222,8 @@ def test_nvidia_mode_runs_hamis_real_device_plugin(prod: harness.Render) -> None
     # nvidia-ctk >= 1.18 configures containerd in a drop-in; the guard looks there too, so a
     # re-run does not restart containerd again. A driver that finds no GPU stops the preparation.
     assert "/etc/containerd/config.toml /etc/containerd/conf.d/*.toml; then" in prepare
-    assert "nvidia-smi -L >/dev/null ||" in prepare
+    assert 'nvidia-smi -L >/dev/null || { echo "gpuMode nvidia: nvidia-smi finds no GPU' in prepare
+    assert "if ! grep -qs 'default_runtime_name = \"nvidia\"' /etc/containerd/config.toml" in prepare
 
 
 def test_declared_gpus_still_drive_quota_checks_and_outputs(prod: harness.Render) -> None:

@@ -681,3 +681,10 @@ def test_a_tenant_cluster_plans_within_its_inventory():
     total = sum(card.model.memory_mib for card in tenant.cards)
     (result,) = cluster.plan([frac("too-big", mem=total + 1)])
     assert result.reasons == ("CardInsufficientMemory",)
+
+
+def test_a_preferred_node_is_taken_only_where_it_ties():
+    cluster = Cluster([gpu_node("a"), gpu_node("b")])
+    assert cluster.schedule(frac("p1"), prefer_node="b").node == "b"  # idle nodes tie: HAMi may take either
+    # Binpack now scores b above a: a live HAMi cannot have chosen a, and the model does not follow it.
+    assert cluster.schedule(frac("p2"), prefer_node="a").node == "b"

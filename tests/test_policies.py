@@ -970,3 +970,21 @@ def test_the_rules_read_the_programs_own_labels_and_environment(base: dict) -> N
     assert kinds.chart_name(record(base, RELEASE, "tenant-a-hami")["inputs"]["chart"]) == kinds.HAMI_CHART
     for provider in (item for item in base["resources"] if item["type"] == K8S_PROVIDER):
         assert provider["name"] != "default"  # the rules treat `default*` providers as the ambient kubeconfig
+
+
+def test_a_helm_v4_chart_is_not_refused_for_inputs_the_engine_never_shows(base: dict) -> None:
+    # The provider constructs a v4 Chart and registers the component without inputs (helm/v4/chart.go).
+    document = copy.deepcopy(base)
+    document["resources"].append(
+        {
+            "urn": "urn:pulumi:dev::gpu-tenancy::kubernetes:helm.sh/v4:Chart::extra",
+            "type": "kubernetes:helm.sh/v4:Chart",
+            "name": "extra",
+            "parent": None,
+            "provider": None,
+            "dependencies": [],
+            "inputs": {},
+            "custom": False,
+        }
+    )
+    assert [v for v in policycheck.check_document(document).violations if "extra" in v.urn] == []

@@ -338,3 +338,13 @@ def test_a_login_that_does_not_answer_stops_instead_of_deploying_locally(tmp_pat
     assert "pulumi whoami failed although a login is configured" in result.stderr
     assert not (tmp_path / "project" / ".pulumi-state").exists()
     assert "stack init" not in (tmp_path / "pulumi.log").read_text()
+
+
+def test_a_logged_out_credentials_file_still_gets_the_local_backend(tmp_path: Path) -> None:
+    # `pulumi logout` leaves credentials.json with an empty "current": no login is configured.
+    (tmp_path / ".pulumi").mkdir()
+    (tmp_path / ".pulumi" / "credentials.json").write_text('{\n    "current": "",\n    "accessTokens": {}\n}\n')
+    bin_dir = fake_pulumi(tmp_path, logged_in=False, stacks=[])
+    result = run_env(tmp_path, bin_dir, "dev", "pulumi", "up")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "project" / ".pulumi-state").is_dir()

@@ -1821,3 +1821,11 @@ def test_which_signals_raise(signals: None):
     # The first and second both arrived during one call: the first raised, so it is an interrupt.
     assert interrupts.raised_since(0)
     assert not interrupts.raised_since(1)  # only the second, which lets the cleanup go on
+
+
+def test_scratch_namespaces_are_deleted_when_a_run_ends_in_any_other_way():
+    w = world()
+    w.tenants["tenant-b"].fail_on["list_workloads"] = SystemExit(3)  # type: ignore[assignment]
+    with pytest.raises(SystemExit):
+        runner.run_checks(w.run())
+    assert all(len(fake.deleted_namespaces) == 1 for fake in w.tenants.values())
