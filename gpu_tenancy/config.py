@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from . import addressing, gpus, versions
+from .versions import kubernetes_minor
 
 CONFIG_NAMESPACE = "gpu-tenancy"
 
@@ -32,7 +33,6 @@ _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_1123 = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DOCKER_NETWORK = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
-_KUBE_VERSION = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
 # [registry[:port]/]repository[:tag][@sha256:digest], as the OCI distribution spec allows.
 _IMAGE = re.compile(
     r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._/-][a-z0-9]+)*"
@@ -68,13 +68,6 @@ def _dns_1123(value: str) -> str:
             "starting and ending with a letter or digit, at most 63 characters"
         )
     return value
-
-
-def kubernetes_minor(version: str) -> tuple[int, int]:
-    match = _KUBE_VERSION.match(version)
-    if not match:
-        raise ValueError(f"{version!r} is not a Kubernetes version of the form vX.Y.Z, e.g. v1.36.4")
-    return int(match[1]), int(match[2])
 
 
 def _kubernetes_version(value: str) -> str:

@@ -10,6 +10,8 @@ from typing import Final
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from .versions import kubernetes_minor
+
 # kubeadm's default node token group and the usages a join token needs
 # (k8s.io/kubernetes:cmd/kubeadm/app/constants NodeBootstrapTokenAuthGroup, DefaultTokenUsages).
 NODE_BOOTSTRAP_GROUP: Final = "system:bootstrappers:kubeadm:default-node-token"
@@ -65,8 +67,7 @@ RUNTIME_WAIT_SECONDS: Final = 120
 
 def join_configuration_api(kubernetes_version: str) -> str:
     """The kubeadm config API of the tenant's kubeadm: v1beta4 from 1.31 on, v1beta3 before."""
-    major, minor, _ = kubernetes_version.removeprefix("v").split(".", 2)
-    return "kubeadm.k8s.io/v1beta4" if (int(major), int(minor)) >= (1, 31) else "kubeadm.k8s.io/v1beta3"
+    return "kubeadm.k8s.io/v1beta4" if kubernetes_minor(kubernetes_version) >= (1, 31) else "kubeadm.k8s.io/v1beta3"
 
 
 def join_script(node_name: str, kubernetes_version: str, preflight_ignores: tuple[str, ...], node_labels: dict[str, str]) -> str:

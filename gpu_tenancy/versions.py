@@ -6,7 +6,19 @@ the host tool versions from here too, so a bump is a one-line change.
 
 from __future__ import annotations
 
+import re
 from typing import Final
+
+_KUBE_VERSION: Final = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
+
+
+def kubernetes_minor(version: str) -> tuple[int, int]:
+    """``(major, minor)`` of a ``vX.Y.Z`` Kubernetes version; ValueError for anything else."""
+    match = _KUBE_VERSION.match(version)
+    if not match:
+        raise ValueError(f"{version!r} is not a Kubernetes version of the form vX.Y.Z, e.g. v1.36.4")
+    return int(match[1]), int(match[2])
+
 
 # Kubernetes: the default tenant version and the newest minor Kamaji can run.
 # clastix/kamaji:internal/upgrade/kubeadm_version.go sets KubeadmVersion = "v1.36.0", and the
