@@ -111,8 +111,11 @@ def _not_blank(value: str) -> str:
 
 
 def _version(value: str) -> str:
-    if not value.strip():
-        raise ValueError("must not be empty")
+    if not versions.EXACT_VERSION.match(value):
+        raise ValueError(
+            f"{value!r} is not an exact version: MAJOR.MINOR.PATCH with an optional v, pre-release and "
+            "build, e.g. v1.21.2 or 0.0.0+latest (a range would install whatever is newest at each pulumi up)"
+        )
     return value
 
 
@@ -123,8 +126,7 @@ OLDEST_HAMI_CHART: Final = (2, 8, 0)
 
 
 def _hami_chart(value: str) -> str:
-    match = re.match(r"^v?(\d+)\.(\d+)\.(\d+)", value.strip())
-    if match and tuple(int(part) for part in match.groups()) < OLDEST_HAMI_CHART:
+    if versions.older_than(value, OLDEST_HAMI_CHART):
         oldest = ".".join(map(str, OLDEST_HAMI_CHART))
         raise ValueError(
             f"HAMi chart {value} is older than {oldest}, the first with the mock device plugin and the JSON device registration"

@@ -10,6 +10,10 @@ import re
 from typing import Final
 
 _KUBE_VERSION: Final = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
+# SemVer 2.0 as Helm takes an exact chart version: optional v, MAJOR.MINOR.PATCH, pre-release,
+# build metadata. Helm reads anything else (``~2.10``, ``>=2.8``, ``2.10``) as a range and installs
+# whatever newest chart matches at ``pulumi up`` time.
+EXACT_VERSION: Final = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$")
 
 
 def kubernetes_minor(version: str) -> tuple[int, int]:
@@ -18,6 +22,15 @@ def kubernetes_minor(version: str) -> tuple[int, int]:
     if not match:
         raise ValueError(f"{version!r} is not a Kubernetes version of the form vX.Y.Z, e.g. v1.36.4")
     return int(match[1]), int(match[2])
+
+
+def older_than(version: str, floor: tuple[int, int, int]) -> bool:
+    """Whether exact ``version`` precedes release ``floor``; a pre-release of the floor does."""
+    match = EXACT_VERSION.match(version)
+    if not match:
+        raise ValueError(f"{version!r} is not an exact version")
+    release = (int(match[1]), int(match[2]), int(match[3]))
+    return release < floor or (release == floor and match[4] is not None)
 
 
 # Kubernetes: the default tenant version and the newest minor Kamaji can run.

@@ -290,7 +290,10 @@ def test_management_node_image_from_a_registry_with_a_port_or_digest(image: str)
     assert StackConfig.load({"management": {"nodeImage": image}}).management.node_image == image
 
 
-@pytest.mark.parametrize(("version", "refused"), [("2.7.1", True), ("v2.6.0", True), ("2.8.0", False), ("2.10.0", False)])
+@pytest.mark.parametrize(
+    ("version", "refused"),
+    [("2.7.1", True), ("v2.6.0", True), ("2.8.0-rc.1", True), ("2.8.0", False), ("2.10.0", False), ("2.8.1-rc.1", False)],
+)
 def test_hami_charts_older_than_the_mock_plugin_are_refused(version: str, refused: bool) -> None:
     raw = dev_config()
     raw["versions"] = {"hami": version}
@@ -299,3 +302,19 @@ def test_hami_charts_older_than_the_mock_plugin_are_refused(version: str, refuse
         assert "is older than 2.8.0, the first with the mock device plugin" in found["versions.hami"]
     else:
         assert "versions.hami" not in found
+
+
+@pytest.mark.parametrize("key", ["certManager", "metallb", "kamaji", "kamajiEtcd", "hami", "calico", "konnectivity"])
+@pytest.mark.parametrize("version", ["~2.10.0", ">=2.8.0", "2.10", "2.x", "latest", " 2.10.0", ""])
+def test_versions_must_be_exact_not_helm_ranges(key: str, version: str) -> None:
+    raw = dev_config()
+    raw["versions"] = {key: version}
+    found = dict(problems_or_none(raw))
+    assert "is not an exact version: MAJOR.MINOR.PATCH" in found[f"versions.{key}"]
+
+
+@pytest.mark.parametrize("version", ["0.0.0+latest", "v1.21.2", "3.0.0-alpha.1+build.7", "v0.34.0"])
+def test_exact_versions_with_pre_release_or_build_are_accepted(version: str) -> None:
+    raw = dev_config()
+    raw["versions"] = {"kamaji": version, "konnectivity": version}
+    assert not [path for path, _ in problems_or_none(raw) if path.startswith("versions.")]

@@ -14,6 +14,8 @@ from typing import Any, Final
 
 import yaml
 
+from gpu_tenancy.versions import EXACT_VERSION
+
 from . import kinds
 from .stack import ResourceView
 from .values import UNKNOWN
@@ -26,8 +28,6 @@ ACKNOWLEDGED_MOVING_CHARTS: Final = {
     ),
 }
 
-# SemVer 2.0 as Helm accepts an exact version: optional v, MAJOR.MINOR.PATCH, pre-release, build.
-_EXACT_VERSION = re.compile(r"^v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$")
 _KUBERNETES_VERSION = re.compile(r"^v\d+\.\d+\.\d+$")
 MOVING_TAG: Final = "latest"
 
@@ -49,7 +49,7 @@ def image_problem(reference: str) -> str | None:
 def _version_problem(version: Any) -> str | None:
     if not isinstance(version, str) or not version.strip():
         return "has no explicit version, so Helm installs the newest chart at each install"
-    if not _EXACT_VERSION.match(version.strip()):
+    if not EXACT_VERSION.match(version.strip()):
         return f"version {version!r} is a range, not an exact chart version"
     metadata = re.split(r"[-+.]", version.strip().lower())
     if MOVING_TAG in metadata:
