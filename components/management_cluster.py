@@ -93,17 +93,16 @@ class ManagementCluster(pulumi.ComponentResource):
             self.load_balancer = [address_pool, advertisement]
 
         # `resources: null` as in Kamaji's kind guide: the chart's default limits starve the
-        # controller (clastix/kamaji#664). Helm drops a key only when it is null, hence
-        # allow_null_values. The chart's kamaji-etcd is the default DataStore.
+        # controller (clastix/kamaji#664). The chart's kamaji-etcd is the default DataStore.
         self.kamaji = chart(
             f"{name}-kamaji",
             "kamaji",
             "kamaji",
             versions.kamaji,
             KAMAJI_NAMESPACE,
-            {"resources": None},
+            {},
             pulumi.ResourceOptions(parent=self, depends_on=[cert_manager]),
-            allow_null_values=True,
+            unset=["resources"],
             # Helm's default 300 s is short for a first install on a laptop: Kamaji's image, the
             # three-replica kamaji-etcd with its volumes and the chart's hook jobs all come up here.
             timeout=900,

@@ -6,6 +6,7 @@ import json
 
 import jsonschema
 import pytest
+import yaml
 
 from tests import fidelity
 from tests.conftest import RELEASE, TCP, dev_config, render_config
@@ -98,6 +99,8 @@ def test_every_helm_value_we_set_exists_in_the_chart(dev: harness.Render, chart:
     assert releases
     for release in releases:
         assert fidelity.unknown_value_keys(release["inputs"]["values"], defaults) == [], release["name"]
+        for values_file in release["inputs"].get("valueYamlFiles", []):
+            assert fidelity.unknown_value_keys(yaml.safe_load(values_file["text"]), defaults) == [], release["name"]
 
 
 def test_the_values_check_catches_a_stale_key(dev: harness.Render) -> None:

@@ -112,17 +112,25 @@ def _plain(value: Any, show_secrets: bool) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(item, show_secrets) for item in value]
     if isinstance(value, pulumi.Asset | pulumi.Archive):
-        return repr(value)
+        return _asset(value)
     if isinstance(value, float) and value.is_integer():
         return int(value)  # the wire format has only doubles; the providers restore integers
     return value
+
+
+def _asset(value: pulumi.Asset | pulumi.Archive) -> dict[str, Any]:
+    """An asset or archive as what it carries: its text, path, URI or members."""
+    for attribute in ("text", "path", "uri"):
+        if isinstance(getattr(value, attribute, None), str):
+            return {attribute: getattr(value, attribute)}
+    return {"assets": {name: _asset(member) for name, member in getattr(value, "assets", {}).items()}}
 
 
 def _deserialize(value: Any) -> Any:
     """Protobuf inputs as Python values, keeping explicit nulls.
 
     The SDK's own ``deserialize_properties`` drops null map entries; the engine does not, and a
-    null is meaningful input (Kamaji's ``resources: null`` with ``allowNullValues``).
+    null is meaningful input to a provider.
     """
     if isinstance(value, struct_pb2.Value):
         kind = value.WhichOneof("kind")
