@@ -11,24 +11,69 @@ import yaml
 # workers join it too, so MetalLB's VIPs are reachable from them and from the host.
 KIND_NETWORK = "kind"
 
-# The kubeconfig goes to stdout and kind's progress to stderr. kind is pointed at a throwaway
-# kubeconfig so the user's ~/.kube/config and current context are left alone.
-_CREATE = """set -eu
-kubeconfig="$(mktemp)"
-trap 'rm -f "$kubeconfig"' EXIT
-if kind get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER"; then
-  echo "kind cluster $KIND_CLUSTER already exists; adopting it" >&2
-else
-  kind create cluster --name "$KIND_CLUSTER" --config - --kubeconfig "$kubeconfig" --wait 5m >&2
-fi
-kind get kubeconfig --name "$KIND_CLUSTER"
+# kind honours these from the user's shell; the program assumes docker and the `kind` network.
+_KIND_ENVIRONMENT = """unset KIND_EXPERIMENTAL_PROVIDER
+export KIND_EXPERIMENTAL_DOCKER_NETWORK=kind
 """
 
-_DELETE = """set -eu
-kubeconfig="$(mktemp)"
+# Which stack a cluster belongs to, in a file on its node, written once `kind create` has
+# succeeded. Only such a cluster is adopted (a create that was interrupted, or whose kubeconfig
+# read failed, is retried by the next `pulumi up`) and only such a cluster is deleted: a `kamaji`
+# cluster made by hand, e.g. by Kamaji's own kind guide, is the user's. `docker cp` reads it from
+# a stopped node too.
+OWNER_FILE = "/kind/gpu-tenancy-owner"
+_OWNER = (
+    'node="$KIND_CLUSTER-control-plane"\n'
+    f'owner="$(docker cp "$node:{OWNER_FILE}" - 2>/dev/null | tar -xOf - 2>/dev/null || true)"\n'
+)
+
+# The kubeconfig goes to stdout and kind's progress to stderr. kind is pointed at a throwaway
+# kubeconfig so the user's ~/.kube/config and current context are left alone.
+_CREATE = (
+    """set -eu
+"""
+    + _KIND_ENVIRONMENT
+    + """kubeconfig="$(mktemp)"
 trap 'rm -f "$kubeconfig"' EXIT
+"""
+    + _OWNER
+    + """if kind get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER"; then
+  if [ "$owner" != "$KIND_OWNER" ]; then
+    echo "error: a kind cluster named $KIND_CLUSTER exists but stack $KIND_OWNER did not create it" \\
+      "(its owner: ${owner:-none, or its creation never finished}). Delete it with" \\
+      "'kind delete cluster --name $KIND_CLUSTER', or set gpu-tenancy:management.name to another name." >&2
+    exit 1
+  fi
+  echo "kind cluster $KIND_CLUSTER already exists and belongs to $KIND_OWNER; adopting it" >&2
+else
+  kind create cluster --name "$KIND_CLUSTER" --config - --kubeconfig "$kubeconfig" --wait 5m >&2
+"""
+    + f"""  printf '%s\\n' "$KIND_OWNER" | docker exec -i "$node" sh -c 'cat > {OWNER_FILE}'
+"""
+    + """fi
+kind get kubeconfig --name "$KIND_CLUSTER"
+"""
+)
+
+_DELETE = (
+    """set -eu
+"""
+    + _KIND_ENVIRONMENT
+    + """kubeconfig="$(mktemp)"
+trap 'rm -f "$kubeconfig"' EXIT
+if ! kind get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER"; then
+  echo "kind cluster $KIND_CLUSTER is already gone" >&2
+  exit 0
+fi
+"""
+    + _OWNER
+    + """if [ "$owner" != "$KIND_OWNER" ]; then
+  echo "warning: kind cluster $KIND_CLUSTER does not belong to $KIND_OWNER (its owner: ${owner:-none}); leaving it" >&2
+  exit 0
+fi
 kind delete cluster --name "$KIND_CLUSTER" --kubeconfig "$kubeconfig"
 """
+)
 
 # IPv4 and, on IPv6-enabled hosts, IPv6 subnets; the program picks the IPv4 one.
 _INSPECT_NETWORK = "docker network inspect " + KIND_NETWORK + " --format '{{range .IPAM.Config}}{{.Subnet}} {{end}}'"
@@ -64,12 +109,13 @@ class KindCluster(pulumi.ComponentResource):
             create=_CREATE,
             delete=_DELETE,
             stdin=kind_config(node_image),
-            environment={"KIND_CLUSTER": cluster_name},
+            environment={"KIND_CLUSTER": cluster_name, "KIND_OWNER": f"{pulumi.get_project()}/{pulumi.get_stack()}"},
             logging=command.local.Logging.STDERR,
             opts=pulumi.ResourceOptions(
                 parent=self,
                 additional_secret_outputs=["stdout"],
                 # A new node image or name is a new cluster; kind cannot change one in place.
+                # (A new owner too: a renamed stack takes its cluster by replacing it.)
                 replace_on_changes=["stdin", "environment"],
                 delete_before_replace=True,
             ),

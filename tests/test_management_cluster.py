@@ -13,7 +13,8 @@ L2 = "kubernetes:metallb.io/v1beta1:L2Advertisement"
 
 def test_kind_cluster_is_created_from_config_on_stdin_and_deleted_on_destroy(dev: harness.Render) -> None:
     kind = dev.one(COMMAND, "gpu-tenancy-management-kind-cluster")["inputs"]
-    assert kind["environment"] == {"KIND_CLUSTER": "kamaji"}
+    # The owner marks the cluster as this stack's, so destroy never deletes someone else's.
+    assert kind["environment"] == {"KIND_CLUSTER": "kamaji", "KIND_OWNER": "gpu-tenancy/dev"}
     assert 'kind create cluster --name "$KIND_CLUSTER" --config - ' in kind["create"]
     assert 'kind delete cluster --name "$KIND_CLUSTER"' in kind["delete"]
     config = yaml.safe_load(kind["stdin"])
@@ -31,7 +32,7 @@ def test_management_node_image_and_name_come_from_config() -> None:
     config["management"] = {"name": "mgmt", "nodeImage": "kindest/node:v1.35.7@sha256:" + "a" * 64}
     render = render_config(config)
     kind = render.one(COMMAND, "gpu-tenancy-management-kind-cluster")["inputs"]
-    assert kind["environment"] == {"KIND_CLUSTER": "mgmt"}
+    assert kind["environment"]["KIND_CLUSTER"] == "mgmt"
     assert yaml.safe_load(kind["stdin"])["nodes"][0]["image"].startswith("kindest/node:v1.35.7@sha256:")
 
 

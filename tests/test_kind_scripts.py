@@ -1,0 +1,117 @@
+"""The kind cluster's create and delete scripts, run under sh against stand-ins for kind and docker.
+
+Only a cluster this stack created (its owner file on the node names the stack) is adopted or deleted.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from components import kind_cluster
+from tests.shell import assert_valid_machine_script, executable
+
+OWNER = "gpu-tenancy/dev"
+
+
+def run(script: str, tmp_path: Path, *, exists: bool, owner: str | None) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """Run ``script`` with a cluster ``kamaji`` that ``exists`` and whose node holds ``owner``."""
+    state, bin_dir = tmp_path / "state", tmp_path / "bin"
+    state.mkdir()
+    bin_dir.mkdir()
+    if exists:
+        (state / "clusters").write_text("other\nkamaji\n")
+    if owner is not None:
+        (state / "gpu-tenancy-owner").write_text(f"{owner}\n")
+    log = tmp_path / "log"
+    executable(
+        bin_dir / "kind",
+        f"""#!/bin/sh
+echo "kind $* provider=${{KIND_EXPERIMENTAL_PROVIDER:-}} network=${{KIND_EXPERIMENTAL_DOCKER_NETWORK:-}}" >> "{log}"
+case "$1 $2" in
+  "get clusters") cat "{state}/clusters" 2>/dev/null || true ;;
+  "create cluster") cat > "{state}/config"; echo kamaji >> "{state}/clusters" ;;
+  "get kubeconfig") echo "apiVersion: v1" ;;
+esac""",
+    )
+    # docker cp CONTAINER:PATH - streams a tar archive of PATH; docker exec -i pipes stdin in.
+    executable(
+        bin_dir / "docker",
+        f"""#!/bin/sh
+echo "docker $*" >> "{log}"
+case "$1" in
+  cp) [ "$2" = "kamaji-control-plane:{kind_cluster.OWNER_FILE}" ] && [ -e "{state}/gpu-tenancy-owner" ] || exit 1
+      tar -cf - -C "{state}" gpu-tenancy-owner ;;
+  exec) [ "$3" = kamaji-control-plane ] || exit 1; cat > "{state}/gpu-tenancy-owner" ;;
+esac""",
+    )
+    env = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "KIND_CLUSTER": "kamaji",
+        "KIND_OWNER": OWNER,
+        "KIND_EXPERIMENTAL_PROVIDER": "podman",
+        "KIND_EXPERIMENTAL_DOCKER_NETWORK": "elsewhere",
+    }
+    result = subprocess.run(
+        ["sh", "-c", script], input="kind: Cluster\n", env=env, capture_output=True, text=True, timeout=30, check=False
+    )
+    return result, log.read_text().splitlines() if log.exists() else []
+
+
+@pytest.mark.parametrize("script", [kind_cluster._CREATE, kind_cluster._DELETE])
+def test_the_scripts_are_posix_and_shellcheck_clean(script: str) -> None:
+    assert_valid_machine_script(script)
+
+
+def test_a_new_cluster_is_created_on_dockers_kind_network_and_marked_as_this_stacks(tmp_path: Path) -> None:
+    result, log = run(kind_cluster._CREATE, tmp_path, exists=False, owner=None)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "apiVersion: v1\n"
+    create = next(line for line in log if line.startswith("kind create cluster"))
+    assert "--name kamaji --config -" in create
+    # The user's kind environment cannot move the cluster to podman or to another network.
+    assert create.endswith("provider= network=kind")
+    assert (tmp_path / "state" / "config").read_text() == "kind: Cluster\n"
+    assert (tmp_path / "state" / "gpu-tenancy-owner").read_text() == f"{OWNER}\n"
+
+
+def test_this_stacks_cluster_is_adopted_without_a_second_create(tmp_path: Path) -> None:
+    result, log = run(kind_cluster._CREATE, tmp_path, exists=True, owner=OWNER)
+    assert result.returncode == 0, result.stderr
+    assert "adopting it" in result.stderr
+    assert not [line for line in log if line.startswith("kind create")]
+    assert result.stdout == "apiVersion: v1\n"
+
+
+@pytest.mark.parametrize("owner", [None, "gpu-tenancy/prod"])
+def test_a_cluster_of_someone_else_or_of_an_unfinished_create_is_refused(tmp_path: Path, owner: str | None) -> None:
+    result, log = run(kind_cluster._CREATE, tmp_path, exists=True, owner=owner)
+    assert result.returncode == 1
+    assert "a kind cluster named kamaji exists but stack gpu-tenancy/dev did not create it" in result.stderr
+    assert "kind delete cluster --name kamaji" in result.stderr
+    assert f"its owner: {owner or 'none, or its creation never finished'}" in result.stderr
+    assert not [line for line in log if line.startswith(("kind create", "kind get kubeconfig"))]
+
+
+def test_destroy_deletes_this_stacks_cluster(tmp_path: Path) -> None:
+    result, log = run(kind_cluster._DELETE, tmp_path, exists=True, owner=OWNER)
+    assert result.returncode == 0, result.stderr
+    assert any(line.startswith("kind delete cluster --name kamaji") and line.endswith("network=kind") for line in log)
+
+
+@pytest.mark.parametrize("owner", [None, "gpu-tenancy/prod"])
+def test_destroy_leaves_a_cluster_it_does_not_own(tmp_path: Path, owner: str | None) -> None:
+    result, log = run(kind_cluster._DELETE, tmp_path, exists=True, owner=owner)
+    assert result.returncode == 0
+    assert "does not belong to gpu-tenancy/dev; leaving it" in result.stderr.replace(f" (its owner: {owner or 'none'})", "")
+    assert not [line for line in log if line.startswith("kind delete")]
+
+
+def test_destroy_of_a_cluster_already_gone_succeeds_without_kind_delete(tmp_path: Path) -> None:
+    result, log = run(kind_cluster._DELETE, tmp_path, exists=False, owner=None)
+    assert result.returncode == 0
+    assert "already gone" in result.stderr
+    assert not [line for line in log if line.startswith("kind delete")]
