@@ -132,7 +132,8 @@ class KindCluster(pulumi.ComponentResource):
         self.provider = k8s.Provider(
             name,
             kubeconfig=self.kubeconfig,
-            # A kind cluster deleted by hand must not wedge `pulumi destroy`.
+            # A kind cluster deleted by hand must not wedge `pulumi destroy`: what lived in it
+            # leaves the state (Helm releases only on `pulumi refresh`, pulumi-kubernetes#2675).
             delete_unreachable=True,
             opts=pulumi.ResourceOptions(parent=self),
         )

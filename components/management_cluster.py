@@ -38,6 +38,7 @@ class ManagementCluster(pulumi.ComponentResource):
         pool: pulumi.Input[str] | None,
         provider: k8s.Provider,
         single_node: bool,
+        deleted_with_cluster: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(
@@ -46,7 +47,12 @@ class ManagementCluster(pulumi.ComponentResource):
             None,
             pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(providers=[provider])),
         )
-        child = pulumi.ResourceOptions(parent=self)
+        # A cluster that `pulumi destroy` deletes (kind) takes everything in it along, so nothing
+        # here is uninstalled first: Helm's uninstall of Kamaji can wait out its timeout on the
+        # default DataStore's finalizer, which only the controller it removes would clear
+        # (clastix/kamaji#550, #1115), and a Release cannot be deleted from a cluster that is
+        # already gone, whatever deleteUnreachable says (pulumi/pulumi-kubernetes#2675).
+        child = pulumi.ResourceOptions(parent=self, retain_on_delete=deleted_with_cluster)
 
         # Kamaji's webhook serving certificate and its etcd certificates are cert-manager's.
         cert_manager = chart(
@@ -73,7 +79,7 @@ class ManagementCluster(pulumi.ComponentResource):
             # The pool is validated by MetalLB's webhook, which serves only once the release is
             # ready; creating it earlier fails with 'failed calling webhook
             # "ipaddresspoolvalidationwebhook.metallb.io"' (metallb/metallb#1597).
-            after_metallb = pulumi.ResourceOptions(parent=self, depends_on=[metallb])
+            after_metallb = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[metallb]))
             address_pool = k8s.apiextensions.CustomResource(
                 f"{name}-address-pool",
                 api_version="metallb.io/v1beta1",
@@ -101,7 +107,7 @@ class ManagementCluster(pulumi.ComponentResource):
             versions.kamaji,
             KAMAJI_NAMESPACE,
             {},
-            pulumi.ResourceOptions(parent=self, depends_on=[cert_manager]),
+            pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[cert_manager])),
             unset=["resources"],
             # Helm's default 300 s is short for a first install on a laptop: Kamaji's image, the
             # three-replica kamaji-etcd with its volumes and the chart's hook jobs all come up here.

@@ -66,6 +66,7 @@ class Platform(pulumi.ComponentResource):
             addresses.apply(lambda plan: str(plan.pool)) if with_pool else None,
             provider,
             single_node=config.management.mode == "kind",
+            deleted_with_cluster=config.management.mode == "kind",
             opts=child,
         )
         self.tenants = {

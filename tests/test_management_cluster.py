@@ -111,3 +111,16 @@ def test_a_pinned_pool_wins() -> None:
     assert render.one(POOL)["inputs"]["spec"]["addresses"] == ["172.18.200.10-172.18.200.20"]
     endpoints = {name: t["endpoint"] for name, t in render.outputs["tenants"].items()}
     assert all(e.startswith("https://172.18.200.") for e in endpoints.values())
+
+
+def test_kind_takes_the_management_services_along_on_destroy(dev: harness.Render) -> None:
+    # Uninstalling them first could hang on Kamaji's DataStore finalizer and fails on a cluster
+    # already gone; `kind delete cluster` removes them anyway.
+    retained = {r["name"] for r in dev.resources if r.get("options", {}).get("retainOnDelete")}
+    assert retained == {
+        "gpu-tenancy-management-cert-manager",
+        "gpu-tenancy-management-metallb",
+        "gpu-tenancy-management-kamaji",
+        "gpu-tenancy-management-address-pool",
+        "gpu-tenancy-management-l2-advertisement",
+    }

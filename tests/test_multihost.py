@@ -67,6 +67,8 @@ def test_existing_management_cluster_has_no_kind(prod: harness.Render) -> None:
     assert set(charts) == {"cert-manager", "metallb", "kamaji"}
     for release in charts.values():
         assert release["provider"] == provider["urn"]
+    # The user's cluster outlives the stack: what the program installed there is uninstalled.
+    assert [r["name"] for r in prod.resources if r.get("options", {}).get("retainOnDelete")] == []
 
 
 def test_existing_cluster_with_a_pool_gets_metallb_and_planned_vips(prod: harness.Render) -> None:

@@ -240,6 +240,9 @@ class _Monitor(pulumi_mocks.MockMonitor):
             "inputs": _deserialize(request.properties if read_id else request.object),
             "custom": bool(getattr(request, "custom", True)),
         }
+        options = _lifecycle_options(request)
+        if options:
+            record["options"] = options
         if read_id is not None:
             # In a preview the id of a read can be unknown; the engine then defers the read.
             record["read"] = UNKNOWN if read_id == rpc.UNKNOWN else read_id
@@ -272,6 +275,20 @@ class _Monitor(pulumi_mocks.MockMonitor):
         resource_id, state = self.mocks.new_resource(args)
         self.resources[urn] = pulumi_mocks.MockMonitor.ResourceRegistration(urn, resource_id, state)
         return resource_id, state
+
+
+# Resource options that change what `pulumi up` or `destroy` does to a resource, as the engine
+# receives them; a record lists those that are set.
+_LIFECYCLE_OPTIONS = ("protect", "retainOnDelete", "deleteBeforeReplace", "replaceOnChanges", "ignoreChanges", "deletedWith")
+
+
+def _lifecycle_options(request: Any) -> dict[str, Any]:
+    found = {}
+    for option in _LIFECYCLE_OPTIONS:
+        value = getattr(request, option, None)
+        if value:
+            found[option] = list(value) if not isinstance(value, bool | str) else value
+    return found
 
 
 def _serialize(state: dict[str, Any]) -> struct_pb2.Struct:
