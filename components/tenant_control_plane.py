@@ -165,7 +165,7 @@ class TenantControlPlane(pulumi.ComponentResource):
             metadata={"name": self.namespace, "labels": labels},
             opts=pulumi.ResourceOptions(parent=self),
         )
-        data_store, prerequisites = self._data_store(name, tenant, namespace, data_store_version)
+        data_store, prerequisites = self._data_store(name, tenant, namespace, data_store_version, depends_on)
         tcp = _TenantControlPlaneResource(
             name,
             metadata={
@@ -209,14 +209,15 @@ class TenantControlPlane(pulumi.ComponentResource):
         self.register_outputs({"kubeconfig": self.kubeconfig, "endpoint": self.endpoint})
 
     def _data_store(
-        self, name: str, tenant: Tenant, namespace: k8s.core.v1.Namespace, version: str
+        self, name: str, tenant: Tenant, namespace: k8s.core.v1.Namespace, version: str, depends_on: list[pulumi.Resource]
     ) -> tuple[str | None, list[pulumi.Resource]]:
         """The DataStore the TCP names (None: Kamaji's default) and what must exist first."""
         if tenant.data_store == "shared":
             return None, []
         if tenant.data_store == "dedicated":
+            # The chart creates a Kamaji DataStore, whose CRD comes with Kamaji's release.
             store = DedicatedDataStore(
-                name, tenant.name, namespace.metadata["name"], version, pulumi.ResourceOptions(parent=self)
+                name, tenant.name, namespace.metadata["name"], version, depends_on, pulumi.ResourceOptions(parent=self)
             )
             return store.name, [store.release]
         return tenant.data_store, []

@@ -25,6 +25,7 @@ class DedicatedDataStore(pulumi.ComponentResource):
         tenant: str,
         namespace: pulumi.Input[str],
         version: str,
+        depends_on: list[pulumi.Resource],
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("gpu-tenancy:tenant:DedicatedDataStore", name, None, opts)
@@ -37,7 +38,8 @@ class DedicatedDataStore(pulumi.ComponentResource):
             namespace,
             # The DataStore is cluster-scoped; the chart names it and its Secrets after the release.
             {"fullnameOverride": self.name, "datastore": {"enabled": True, "name": self.name}},
-            pulumi.ResourceOptions(parent=self),
+            # Children do not inherit a component's depends_on; the release itself waits.
+            pulumi.ResourceOptions(parent=self, depends_on=depends_on),
             chart_name="kamaji-etcd",
             timeout=900,
         )

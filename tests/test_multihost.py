@@ -248,6 +248,8 @@ def test_dedicated_datastore_is_a_kamaji_etcd_of_the_tenant(prod: harness.Render
     tcp = prod.one(TCP, "prod-a")
     assert tcp["inputs"]["spec"]["dataStore"] == "prod-a-etcd"
     assert etcd["urn"] in tcp["dependencies"]
+    # The chart's DataStore needs Kamaji's CRD, which comes with the Kamaji release.
+    assert prod.waits_for(etcd, prod.one(RELEASE, "gpu-tenancy-management-kamaji"))
 
 
 @pytest.mark.parametrize(("data_store", "expected"), [("shared", None), ("gold", "gold")])
