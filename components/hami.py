@@ -89,7 +89,10 @@ class Hami(pulumi.ComponentResource):
             namespace_opts = pulumi.ResourceOptions(parent=self)
             if quota.namespace != "default":
                 namespace = k8s.core.v1.Namespace(
-                    f"{name}-{quota.namespace}", metadata={"name": quota.namespace}, opts=namespace_opts
+                    # Not named after the namespace: tenant a's b-jobs and tenant a-b's jobs would collide.
+                    f"{name}-quota-namespace",
+                    metadata={"name": quota.namespace},
+                    opts=namespace_opts,
                 )
                 namespace_opts = pulumi.ResourceOptions(parent=self, depends_on=[namespace])
             k8s.core.v1.ResourceQuota(

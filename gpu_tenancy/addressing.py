@@ -74,6 +74,19 @@ def ipv4_subnet(subnets: str) -> Network:
     raise ValueError(f"no IPv4 subnet in the kind network's IPAM config: {subnets.strip()!r}")
 
 
+# .200-.250 of a /24: how many tenants a derived pool holds.
+DERIVED_POOL_SIZE = 51
+
+
+def reserved_addresses(subnet: Network) -> dict[IPv4, str]:
+    """Addresses of ``subnet`` that MetalLB must never announce: Docker's gateway is the host."""
+    return {
+        subnet.network_address: "the network address",
+        subnet.network_address + 1: "Docker's gateway (the host)",
+        subnet.broadcast_address: "the broadcast address",
+    }
+
+
 def pool_for_subnet(subnet: Network) -> AddressPool:
     """The pool Kamaji's kind guide uses: .200-.250 of the subnet's last /24.
 
@@ -83,7 +96,7 @@ def pool_for_subnet(subnet: Network) -> AddressPool:
     if subnet.prefixlen > 24:
         raise ValueError(f"the kind network {subnet} is smaller than a /24; pin gpu-tenancy:network.pool")
     last_24 = int(subnet.broadcast_address) & ~0xFF
-    return AddressPool(IPv4(last_24 + 200), IPv4(last_24 + 250))
+    return AddressPool(IPv4(last_24 + 200), IPv4(last_24 + 200 + DERIVED_POOL_SIZE - 1))
 
 
 def _slot(name: str, size: int) -> int:

@@ -17,8 +17,10 @@ from typing import Annotated, Any, ClassVar, Final, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
+    StrictInt,
     ValidationError,
     model_validator,
 )
@@ -40,6 +42,19 @@ _IMAGE = re.compile(
 )
 
 
+# A tenant's name is its namespace in the management cluster: namespaces that exist there already,
+# or that the program's charts install into, would be shared with (and deleted with) the tenant.
+_RESERVED_TENANT_NAMES: Final = ("default", "cert-manager", "metallb-system", "kamaji-system", "local-path-storage")
+# A quota namespace is created in the tenant; these exist already or belong to its charts.
+_RESERVED_QUOTA_NAMESPACES: Final = ("tigera-operator", "calico-system", "calico-apiserver")
+# Helm names a release at most 53 characters, and a StatefulSet's pods carry a label of its name
+# plus an 11-character revision hash (at most 63): `<tenant>-etcd` of a dedicated datastore.
+_MAX_DEDICATED_TENANT_NAME: Final = 47
+# kind names the node container `<cluster>-control-plane`, which becomes the node's hostname label
+# (at most 63 characters).
+_MAX_KIND_CLUSTER_NAME: Final = 49
+
+
 class ConfigError(Exception):
     """Stack configuration that cannot be deployed; ``problems`` holds (key path, message) pairs."""
 
@@ -53,7 +68,7 @@ class ConfigError(Exception):
 
 
 def _dns_1035(value: str) -> str:
-    if not _DNS_1035.match(value):
+    if not _DNS_1035.fullmatch(value):
         raise ValueError(
             f"{value!r} is not a DNS-1035 label: lowercase letters, digits and '-', "
             "starting with a letter, ending with a letter or digit, at most 63 characters"
@@ -61,8 +76,71 @@ def _dns_1035(value: str) -> str:
     return value
 
 
+def _tenant_name(value: str) -> str:
+    if value in _RESERVED_TENANT_NAMES or value.startswith("kube-"):
+        raise ValueError(
+            f"{value!r} is a namespace the management cluster has already or gives to its services; "
+            f"a tenant name must not be kube-* or one of {', '.join(_RESERVED_TENANT_NAMES)}"
+        )
+    return value
+
+
+def _quota_namespace(value: str) -> str:
+    if value.startswith("kube-") or value in _RESERVED_QUOTA_NAMESPACES:
+        raise ValueError(
+            f"{value!r} is a namespace every tenant cluster has already or its network chart uses; "
+            f"use default or your own, not kube-* or one of {', '.join(_RESERVED_QUOTA_NAMESPACES)}"
+        )
+    return value
+
+
+def _kind_cluster_name(value: str) -> str:
+    if len(value) > _MAX_KIND_CLUSTER_NAME:
+        raise ValueError(
+            f"{value!r} is longer than {_MAX_KIND_CLUSTER_NAME} characters: its node "
+            f"{value}-control-plane must fit a 63-character label"
+        )
+    return value
+
+
+def _strict_address(value: Any) -> Any:
+    # pydantic would take an integer as an address (2886926290 is 172.18.255.210).
+    if not isinstance(value, str | ipaddress.IPv4Address | ipaddress.IPv4Network):
+        raise ValueError("must be written as a string, e.g. 172.18.255.210 or 10.244.0.0/16")
+    return value
+
+
+def _pod_cidr(value: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
+    _routable(value)
+    # kube-controller-manager cuts a /24 per node out of the cluster CIDR.
+    if value.prefixlen > 24:
+        raise ValueError(f"{value} is smaller than a /24: the controller-manager gives every node a /24 of it")
+    return value
+
+
+def _service_cidr(value: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
+    _routable(value)
+    # kube-apiserver takes at most 20 bits of service addresses; Kamaji puts CoreDNS on the 10th.
+    if not 12 <= value.prefixlen <= 28:
+        raise ValueError(f"{value} must be between a /12 (the API server's largest) and a /28 (CoreDNS takes the 10th address)")
+    return value
+
+
+def _routable(value: ipaddress.IPv4Network) -> None:
+    if value.is_loopback or value.is_link_local or value.is_multicast or value.is_unspecified or value.is_reserved:
+        raise ValueError(
+            f"{value} is a loopback, link-local, multicast or reserved range; use a private range such as 10.244.0.0/16"
+        )
+
+
+def _konnectivity(value: str) -> str:
+    if not value.startswith("v"):
+        raise ValueError(f"{value!r}: Konnectivity images are tagged vX.Y.Z, e.g. v0.34.0")
+    return value
+
+
 def _dns_1123(value: str) -> str:
-    if not _DNS_1123.match(value):
+    if not _DNS_1123.fullmatch(value):
         raise ValueError(
             f"{value!r} is not a DNS-1123 label: lowercase letters, digits and '-', "
             "starting and ending with a letter or digit, at most 63 characters"
@@ -78,7 +156,7 @@ def _kubernetes_version(value: str) -> str:
 
 
 def _pinned_image(value: str) -> str:
-    if not _IMAGE.match(value) or (":" not in value.rsplit("/", 1)[-1] and "@" not in value):
+    if not _IMAGE.fullmatch(value) or (":" not in value.rsplit("/", 1)[-1] and "@" not in value):
         raise ValueError(f"{value!r} is not an image with an explicit tag or digest, e.g. kindest/node:v1.36.4")
     if value.split("@", maxsplit=1)[0].endswith(":latest"):
         raise ValueError(f"{value!r} uses the moving tag 'latest'; pin a version or digest")
@@ -93,13 +171,13 @@ def _pool(value: str) -> str:
 def _data_store(value: str) -> str:
     if value in ("shared", "dedicated"):
         return value
-    if len(value) > 253 or not _DNS_1123_SUBDOMAIN.match(value):
+    if len(value) > 253 or not _DNS_1123_SUBDOMAIN.fullmatch(value):
         raise ValueError(f"{value!r} is neither 'shared', 'dedicated' nor the name of a DataStore (a DNS-1123 subdomain)")
     return value
 
 
 def _docker_network(value: str) -> str:
-    if not _DOCKER_NETWORK.match(value):
+    if not _DOCKER_NETWORK.fullmatch(value):
         raise ValueError(f"{value!r} is not a docker network name")
     return value
 
@@ -111,7 +189,7 @@ def _not_blank(value: str) -> str:
 
 
 def _version(value: str) -> str:
-    if not versions.EXACT_VERSION.match(value):
+    if not versions.EXACT_VERSION.fullmatch(value):
         raise ValueError(
             f"{value!r} is not an exact version: MAJOR.MINOR.PATCH with an optional v, pre-release and "
             "build, e.g. v1.21.2 or 0.0.0+latest (a range would install whatever is newest at each pulumi up)"
@@ -139,6 +217,8 @@ HostLabel = Annotated[str, AfterValidator(_dns_1123)]
 KubernetesVersion = Annotated[str, AfterValidator(_kubernetes_version)]
 PinnedImage = Annotated[str, AfterValidator(_pinned_image)]
 ChartVersion = Annotated[str, AfterValidator(_version)]
+PodCidr = Annotated[ipaddress.IPv4Network, BeforeValidator(_strict_address), AfterValidator(_pod_cidr)]
+ServiceCidr = Annotated[ipaddress.IPv4Network, BeforeValidator(_strict_address), AfterValidator(_service_cidr)]
 
 
 class _Model(BaseModel):
@@ -151,7 +231,7 @@ class _Model(BaseModel):
     def _known_keys(cls, data: Any) -> Any:
         if isinstance(data, dict):
             allowed = [field.alias or name for name, field in cls.model_fields.items()]
-            unknown = [key for key in data if key not in allowed and key not in cls.model_fields]
+            unknown = [key for key in data if key not in allowed]
             if unknown:
                 raise ValueError(
                     f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; allowed: {', '.join(allowed)}"
@@ -166,7 +246,7 @@ class Management(_Model):
     # kind: the program creates a kind cluster on this Docker host; existing: Kamaji goes into the
     # cluster `kubeconfig` points at.
     mode: Literal["kind", "existing"] = "kind"
-    name: DnsLabel = "kamaji"
+    name: Annotated[str, AfterValidator(_dns_1035), AfterValidator(_kind_cluster_name)] = "kamaji"
     node_image: PinnedImage = versions.DEFAULT_NODE_IMAGE
     kubeconfig: NonBlank | None = Field(None, repr=False)
 
@@ -180,7 +260,7 @@ class Versions(_Model):
     calico: ChartVersion = versions.DEFAULT_CHART_VERSIONS["calico"]
     # Kamaji pairs Konnectivity with the tenant minor (v0.<minor>.0); pin an older one here when
     # that image is not yet published for the newest Kubernetes minor.
-    konnectivity: ChartVersion | None = None
+    konnectivity: Annotated[str, AfterValidator(_version), AfterValidator(_konnectivity)] | None = None
 
 
 class Network(_Model):
@@ -196,7 +276,8 @@ class Network(_Model):
 
 class Gpu(_Model):
     model: str
-    count: int = Field(1, ge=1)
+    # The largest GPU servers hold 16 cards.
+    count: StrictInt = Field(1, ge=1, le=16)
 
     @model_validator(mode="after")
     def _known_model(self) -> Gpu:
@@ -211,7 +292,7 @@ class SshTarget(_Model):
     host: NonBlank
     user: NonBlank
     private_key: NonBlank = Field(repr=False)
-    port: int = Field(22, ge=1, le=65535)
+    port: StrictInt = Field(22, ge=1, le=65535)
     # The host's public key as in known_hosts; without it the first connection is trusted.
     host_key: NonBlank | None = None
 
@@ -227,17 +308,21 @@ class Worker(_Model):
 
 
 class Quota(_Model):
-    gpumem: int = Field(ge=0, description="MiB, summed over the tenant's GPU pods")
-    gpucores: int = Field(ge=0, description="percent of a card, summed over the tenant's GPU pods")
-    namespace: DnsLabel = "default"
+    gpumem: StrictInt = Field(ge=0, description="MiB, summed over the tenant's GPU pods")
+    gpucores: StrictInt = Field(ge=0, description="percent of a card, summed over the tenant's GPU pods")
+    namespace: Annotated[str, AfterValidator(_dns_1035), AfterValidator(_quota_namespace)] = "default"
 
 
 class Tenant(_Model):
-    name: DnsLabel
+    name: Annotated[str, AfterValidator(_dns_1035), AfterValidator(_tenant_name)]
     kubernetes_version: KubernetesVersion = versions.DEFAULT_KUBERNETES_VERSION
-    vip: ipaddress.IPv4Address | None = None
-    pod_cidr: ipaddress.IPv4Network = ipaddress.IPv4Network("10.244.0.0/16")
-    service_cidr: ipaddress.IPv4Network = ipaddress.IPv4Network("10.96.0.0/16")
+    vip: Annotated[ipaddress.IPv4Address, BeforeValidator(_strict_address)] | None = None
+    pod_cidr: Annotated[ipaddress.IPv4Network, BeforeValidator(_strict_address), AfterValidator(_pod_cidr)] = (
+        ipaddress.IPv4Network("10.244.0.0/16")
+    )
+    service_cidr: Annotated[ipaddress.IPv4Network, BeforeValidator(_strict_address), AfterValidator(_service_cidr)] = (
+        ipaddress.IPv4Network("10.96.0.0/16")
+    )
     workers: list[Worker] = []
     quota: Quota | None = None
     # shared: Kamaji's default DataStore; dedicated: a kamaji-etcd of the tenant's own; any other
@@ -283,6 +368,7 @@ class StackConfig(_Model):
 
     def _cross_checks(self) -> Iterable[tuple[str, str]]:
         yield from self._management()
+        yield from self._data_stores()
         yield from self._workers()
         yield from self._mock_node_memory()
         yield from self._unique_names()
@@ -303,6 +389,25 @@ class StackConfig(_Model):
                 yield (
                     "network.workerNetwork",
                     "is only used with management.mode existing; with kind, docker workers join kind's network",
+                )
+
+    def _data_stores(self) -> Iterable[tuple[str, str]]:
+        for i, tenant in enumerate(self.tenants):
+            if tenant.data_store == "dedicated" and len(tenant.name) > _MAX_DEDICATED_TENANT_NAME:
+                yield (
+                    f"tenants[{i}].name",
+                    (
+                        f"{tenant.name!r} is longer than {_MAX_DEDICATED_TENANT_NAME} characters, the most a tenant with "
+                        f"dataStore dedicated may have: its etcd is the Helm release and StatefulSet {tenant.name}-etcd"
+                    ),
+                )
+            if self.management.mode == "kind" and tenant.data_store not in ("shared", "dedicated"):
+                yield (
+                    f"tenants[{i}].dataStore",
+                    (
+                        f"{tenant.data_store!r} names an existing DataStore, but the kind management cluster this stack "
+                        "creates has only Kamaji's default one: use shared or dedicated"
+                    ),
                 )
 
     def _workers(self) -> Iterable[tuple[str, str]]:
@@ -379,6 +484,16 @@ class StackConfig(_Model):
                 addressing.assign_vips(pool, [(t.name, t.vip) for t in self.tenants])
             except ValueError as error:
                 problems.append(("network.pool", str(error)))
+        if pool is None and self.management.mode == "kind" and len(self.tenants) > addressing.DERIVED_POOL_SIZE:
+            problems.append(
+                (
+                    "tenants",
+                    (
+                        f"{len(self.tenants)} tenants need more VIPs than the {addressing.DERIVED_POOL_SIZE} of the pool "
+                        "derived from the kind network (.200-.250 of its last /24); set network.pool to a larger range"
+                    ),
+                )
+            )
         return problems
 
     def _cidrs(self) -> Iterable[tuple[str, str]]:
@@ -463,6 +578,12 @@ def address_plan(config: StackConfig, node_subnets: str | None = None) -> Addres
                 )
     elif subnet is not None and not all(part.subnet_of(subnet) for part in pool.networks()):
         problems.append(("network.pool", f"{pool} is not inside the kind network {subnet}, where MetalLB answers ARP"))
+    elif subnet is not None:
+        problems.extend(
+            ("network.pool", f"{pool} contains {address}, {what} of the kind network {subnet}; MetalLB must not announce it")
+            for address, what in addressing.reserved_addresses(subnet).items()
+            if address in pool
+        )
     if subnet is not None:
         for i, tenant in enumerate(config.tenants):
             for key, cidr in tenant.cidrs:
@@ -491,6 +612,15 @@ def _cidrs_holding_vips(tenants: list[Tenant], vips: dict[str, ipaddress.IPv4Add
     ]
 
 
+# Keys whose values are secrets, and whole objects set as text (`pulumi config set --secret
+# management "$(cat kubeconfig)"` without --path): an error about them never echoes the value.
+_SECRET_KEYS: Final = ("kubeconfig", "privateKey", "hostKey", "ssh")
+
+
+def _may_hold_a_secret(location: tuple[Any, ...]) -> bool:
+    return len(location) == 1 or location[-1] in _SECRET_KEYS
+
+
 def _pydantic_problems(error: ValidationError) -> list[tuple[str, str]]:
     problems = []
     for item in error.errors(include_url=False):
@@ -500,7 +630,11 @@ def _pydantic_problems(error: ValidationError) -> list[tuple[str, str]]:
         message = item["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
         if item["type"] == "missing":
             message = "is required"
-        elif isinstance(item.get("input"), str | int | float) and repr(item["input"]) not in message:
+        elif (
+            isinstance(item.get("input"), str | int | float)
+            and repr(item["input"]) not in message
+            and not _may_hold_a_secret(item["loc"])
+        ):
             message = f"{message} (got {item['input']!r})"
         problems.append((path, message))
     return problems

@@ -9,16 +9,17 @@ from __future__ import annotations
 import re
 from typing import Final
 
-_KUBE_VERSION: Final = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
+_NUMBER = r"(0|[1-9]\d*)"
+_KUBE_VERSION: Final = re.compile(rf"v{_NUMBER}\.{_NUMBER}\.{_NUMBER}")
 # SemVer 2.0 as Helm takes an exact chart version: optional v, MAJOR.MINOR.PATCH, pre-release,
 # build metadata. Helm reads anything else (``~2.10``, ``>=2.8``, ``2.10``) as a range and installs
 # whatever newest chart matches at ``pulumi up`` time.
-EXACT_VERSION: Final = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$")
+EXACT_VERSION: Final = re.compile(rf"v?{_NUMBER}\.{_NUMBER}\.{_NUMBER}(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?")
 
 
 def kubernetes_minor(version: str) -> tuple[int, int]:
     """``(major, minor)`` of a ``vX.Y.Z`` Kubernetes version; ValueError for anything else."""
-    match = _KUBE_VERSION.match(version)
+    match = _KUBE_VERSION.fullmatch(version)
     if not match:
         raise ValueError(f"{version!r} is not a Kubernetes version of the form vX.Y.Z, e.g. v1.36.4")
     return int(match[1]), int(match[2])
@@ -26,7 +27,7 @@ def kubernetes_minor(version: str) -> tuple[int, int]:
 
 def older_than(version: str, floor: tuple[int, int, int]) -> bool:
     """Whether exact ``version`` precedes release ``floor``; a pre-release of the floor does."""
-    match = EXACT_VERSION.match(version)
+    match = EXACT_VERSION.fullmatch(version)
     if not match:
         raise ValueError(f"{version!r} is not an exact version")
     release = (int(match[1]), int(match[2]), int(match[3]))

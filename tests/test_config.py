@@ -316,5 +316,163 @@ def test_versions_must_be_exact_not_helm_ranges(key: str, version: str) -> None:
 @pytest.mark.parametrize("version", ["0.0.0+latest", "v1.21.2", "3.0.0-alpha.1+build.7", "v0.34.0"])
 def test_exact_versions_with_pre_release_or_build_are_accepted(version: str) -> None:
     raw = dev_config()
-    raw["versions"] = {"kamaji": version, "konnectivity": version}
+    raw["versions"] = {"kamaji": version, "calico": version}
     assert not [path for path, _ in problems_or_none(raw) if path.startswith("versions.")]
+
+
+# --- values Kubernetes, kind, Helm or Docker would refuse during `pulumi up` -------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("tenants[0].name", "tenant-a\n"),
+        ("tenants[0].kubernetesVersion", "v1.36.4\n"),
+        ("tenants[0].workers[0].name", "tenant-a-worker-0\n"),
+        ("management.name", "kamaji\n"),
+        ("management.nodeImage", "kindest/node:v1.36.4\n"),
+        ("versions.hami", "2.10.0\n"),
+    ],
+)
+def test_a_trailing_newline_is_refused(path: str, value: str) -> None:
+    # `$` in a Python pattern also matches before a final newline, which a value read from a file keeps.
+    raw = dev_config()
+    if path.startswith("tenants"):
+        tenant = raw["tenants"][0]
+        if "workers" in path:
+            tenant["workers"][0]["name"] = value
+        else:
+            tenant[path.rsplit(".", 1)[1]] = value
+    else:
+        section, key = path.split(".")
+        raw[section] = {key: value}
+    assert problem_at(raw, path)
+
+
+@pytest.mark.parametrize("name", ["default", "kube-system", "kube-public", "kamaji-system", "cert-manager", "metallb-system"])
+def test_a_tenant_cannot_take_a_namespace_the_management_cluster_has(name: str) -> None:
+    raw = dev_config()
+    raw["tenants"][0]["name"] = name
+    assert f"{name!r} is a namespace the management cluster has already" in problem_at(raw, "tenants[0].name")
+
+
+@pytest.mark.parametrize("namespace", ["kube-system", "tigera-operator", "calico-system"])
+def test_a_quota_cannot_create_a_namespace_the_tenant_has(namespace: str) -> None:
+    raw = dev_config()
+    raw["tenants"][0]["quota"]["namespace"] = namespace
+    assert "is a namespace every tenant cluster has already" in problem_at(raw, "tenants[0].quota.namespace")
+
+
+def test_names_that_become_longer_upstream_names_are_bounded() -> None:
+    raw = dev_config()
+    raw["management"] = {"name": "k" * 50}
+    assert "its node " + "k" * 50 + "-control-plane must fit a 63-character label" in problem_at(raw, "management.name")
+    raw["management"] = {"name": "k" * 49}
+    raw["tenants"][0]["name"] = "t" * 48
+    raw["tenants"][0]["dataStore"] = "dedicated"
+    raw["tenants"][1]["name"] = "u" * 63  # without a dedicated datastore a full label fits
+    found = dict(problems(raw))
+    assert "the most a tenant with dataStore dedicated may have" in found["tenants[0].name"]
+    assert "tenants[1].name" not in found
+    raw["tenants"][0]["name"] = "t" * 47
+    assert StackConfig.load(raw)
+
+
+@pytest.mark.parametrize(
+    ("key", "cidr", "expected"),
+    [
+        ("serviceCidr", "10.0.0.0/8", "must be between a /12"),
+        ("serviceCidr", "10.96.0.0/29", "must be between a /12"),
+        ("podCidr", "10.244.0.0/25", "is smaller than a /24"),
+        ("podCidr", "169.254.0.0/16", "link-local"),
+        ("serviceCidr", "127.0.0.0/16", "loopback"),
+    ],
+)
+def test_cidr_sizes_and_ranges_kubernetes_accepts(key: str, cidr: str, expected: str) -> None:
+    raw = dev_config()
+    raw["tenants"][0][key] = cidr
+    assert expected in problem_at(raw, f"tenants[0].{key}")
+
+
+@pytest.mark.parametrize("cidr", ["10.96.0.0/12", "10.96.0.0/28"])
+def test_service_cidr_bounds_are_inclusive(cidr: str) -> None:
+    raw = dev_config()
+    raw["tenants"][0]["serviceCidr"] = cidr
+    raw["tenants"][0]["podCidr"] = "10.0.0.0/16"
+    raw["tenants"][1]["podCidr"] = "10.0.0.0/16"
+    assert StackConfig.load(raw)
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("workers[0].gpus[0].count", True),
+        ("workers[0].gpus[0].count", "2"),
+        ("workers[0].gpus[0].count", 17),
+        ("vip", 2886926290),
+        ("podCidr", 184549376),
+        ("quota.gpumem", "81920"),
+    ],
+)
+def test_values_are_not_coerced_from_other_types(path: str, value: Any) -> None:
+    raw = dev_config()
+    tenant = raw["tenants"][0]
+    if path.startswith("workers"):
+        tenant["workers"][0]["gpus"][0]["count"] = value
+    elif path.startswith("quota"):
+        tenant["quota"]["gpumem"] = value
+    else:
+        tenant[path] = value
+    assert problem_at(raw, f"tenants[0].{path}")
+
+
+def test_snake_case_keys_are_unknown_keys() -> None:
+    raw = dev_config()
+    raw["tenants"][0]["pod_cidr"] = "10.10.0.0/16"
+    assert "unknown key 'pod_cidr'" in problem_at(raw, "tenants[0]")
+
+
+@pytest.mark.parametrize("version", ["v1.36.04", "v01.36.4", "v1.36", "1.36.4"])
+def test_kubernetes_versions_are_release_tags(version: str) -> None:
+    raw = dev_config()
+    raw["tenants"][0]["kubernetesVersion"] = version
+    assert problem_at(raw, "tenants[0].kubernetesVersion")
+
+
+def test_konnectivity_is_an_image_tag_with_v() -> None:
+    raw = dev_config()
+    raw["versions"] = {"konnectivity": "0.34.0"}
+    assert "Konnectivity images are tagged vX.Y.Z" in problem_at(raw, "versions.konnectivity")
+
+
+def test_a_named_datastore_needs_an_existing_management_cluster() -> None:
+    raw = dev_config()
+    raw["tenants"][0]["dataStore"] = "gold"
+    assert "has only Kamaji's default one: use shared or dedicated" in problem_at(raw, "tenants[0].dataStore")
+
+
+def test_more_tenants_than_the_derived_pool_holds_need_a_pool() -> None:
+    raw = {"tenants": [{"name": f"t{i}"} for i in range(52)]}
+    assert "52 tenants need more VIPs than the 51 of the pool derived from the kind network" in problem_at(raw, "tenants")
+    assert StackConfig.load({"tenants": raw["tenants"][:51]})
+
+
+@pytest.mark.parametrize(("pool", "address"), [("172.18.0.0/16", "172.18.0.0"), ("172.18.0.1-172.18.0.9", "172.18.0.1")])
+def test_a_pinned_pool_must_not_hold_the_kind_networks_own_addresses(pool: str, address: str) -> None:
+    raw = dev_config()
+    raw["network"] = {"pool": pool}
+    for tenant in raw["tenants"]:
+        tenant.pop("vip", None)
+    config = StackConfig.load(raw)
+    with pytest.raises(ConfigError) as caught:
+        address_plan(config, KIND_SUBNETS)
+    assert f"contains {address}," in " ".join(message for path, message in caught.value.problems if path == "network.pool")
+
+
+def test_an_error_about_a_secret_does_not_echo_it() -> None:
+    # `pulumi config set --secret gpu-tenancy:management "$(cat kubeconfig)"`, without --path.
+    raw = {"management": "apiVersion: v1\nclient-key-data: TOPSECRET\n"}
+    message = problem_at(raw, "management")
+    assert "TOPSECRET" not in message
+    worker = {"name": "w", "ssh": {"host": "h", "user": "u", "privateKey": 42}}
+    assert "42" not in problem_at({"tenants": [{"name": "a", "workers": [worker]}]}, "tenants[0].workers[0].ssh.privateKey")

@@ -58,5 +58,6 @@ def test_quota_in_its_own_namespace() -> None:
     render = render_config(config)
     quota = render.one(QUOTA, "tenant-b-gpu-quota")
     assert quota["inputs"]["metadata"] == {"name": "gpu-quota", "namespace": "ml"}
-    namespace = render.one("kubernetes:core/v1:Namespace", "tenant-b-ml")
+    namespace = render.one("kubernetes:core/v1:Namespace", "tenant-b-quota-namespace")
+    assert namespace["inputs"]["metadata"]["name"] == "ml"
     assert namespace["urn"] in quota["dependencies"]

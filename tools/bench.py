@@ -36,7 +36,7 @@ from typing import Any
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 # Inside kind's usual 172.18.0.0/16 and large enough for hundreds of tenant VIPs.
-SCALE_POOL = "172.18.128.0/17"
+SCALE_POOL = "172.18.128.0-172.18.255.254"  # not the broadcast address
 
 
 def scale_config(tenants: int) -> dict[str, Any]:

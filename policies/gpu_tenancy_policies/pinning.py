@@ -49,7 +49,7 @@ def image_problem(reference: str) -> str | None:
 def _version_problem(version: Any) -> str | None:
     if not isinstance(version, str) or not version.strip():
         return "has no explicit version, so Helm installs the newest chart at each install"
-    if not EXACT_VERSION.match(version.strip()):
+    if not EXACT_VERSION.fullmatch(version.strip()):
         return f"version {version!r} is a range, not an exact chart version"
     metadata = re.split(r"[-+.]", version.strip().lower())
     if MOVING_TAG in metadata:
