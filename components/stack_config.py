@@ -8,7 +8,7 @@ from typing import Any
 import pulumi
 from pulumi.runtime.config import CONFIG, get_config_env
 
-from gpu_tenancy.config import CONFIG_NAMESPACE, ConfigError, StackConfig
+from gpu_tenancy.config import CONFIG_NAMESPACE, ConfigError, StackConfig, misspelt_namespaces
 
 
 class StackConfigError(pulumi.RunError):
@@ -20,7 +20,11 @@ def read_stack_config() -> StackConfig:
     prefix = f"{CONFIG_NAMESPACE}:"
     # The SDK offers no listing of config keys; both places it reads config from are consulted so
     # that a typo such as `gpu-tenancy:tenant` is reported instead of silently ignored.
-    keys = {key for key in (*get_config_env(), *CONFIG.get()) if key.startswith(prefix)}
+    every_key = {*get_config_env(), *CONFIG.get()}
+    misspelt = misspelt_namespaces(sorted(every_key))
+    if misspelt:
+        raise StackConfigError(str(ConfigError(misspelt)))
+    keys = {key for key in every_key if key.startswith(prefix)}
     config = pulumi.Config(CONFIG_NAMESPACE)
     raw: dict[str, Any] = {}
     for key in sorted(keys):

@@ -55,6 +55,19 @@ _MAX_DEDICATED_TENANT_NAME: Final = 47
 _MAX_KIND_CLUSTER_NAME: Final = 49
 
 
+def misspelt_namespaces(keys: Iterable[str]) -> list[tuple[str, str]]:
+    """Config keys in our namespace spelt another way (``gpu_tenancy:tenants``), which the program
+    would otherwise ignore, deploying a stack without what they say."""
+    spelt = CONFIG_NAMESPACE.replace("-", "")
+    return [
+        (key, f"is not in the {CONFIG_NAMESPACE} namespace; did you mean {CONFIG_NAMESPACE}:{key.partition(':')[2]}?")
+        for key in keys
+        if ":" in key
+        and (namespace := key.partition(":")[0]) != CONFIG_NAMESPACE
+        and namespace.lower().replace("-", "").replace("_", "") == spelt
+    ]
+
+
 class ConfigError(Exception):
     """Stack configuration that cannot be deployed; ``problems`` holds (key path, message) pairs."""
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from .config import CONFIG_NAMESPACE, StackConfig
+from .config import CONFIG_NAMESPACE, ConfigError, StackConfig, misspelt_namespaces
 
 
 def read_stack_file(path: Path) -> tuple[dict[str, Any], list[str]]:
@@ -16,10 +16,20 @@ def read_stack_file(path: Path) -> tuple[dict[str, Any], list[str]]:
     Secure values cannot be decrypted offline; they become readable placeholders, and their keys
     are reported so callers can mark them secret as the engine would.
     """
-    document = yaml.safe_load(path.read_text()) or {}
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise ConfigError([("", f"cannot read {path}: {' '.join(str(error).split())}")]) from None
+    config = document.get("config") if isinstance(document, dict) else None
+    if not isinstance(document, dict) or not isinstance(config, dict | None):
+        raise ConfigError([("", f"{path} is not a stack file: expected a mapping with a 'config' mapping")])
     values: dict[str, Any] = {}
     secret_keys: list[str] = []
-    for key, value in (document.get("config") or {}).items():
+    misspelt = misspelt_namespaces(map(str, config or {}))
+    if misspelt:
+        raise ConfigError(misspelt)
+    for raw_key, value in (config or {}).items():
+        key = str(raw_key)
         full_key = key if ":" in key else f"{CONFIG_NAMESPACE}:{key}"
         if _has_secure(value):
             secret_keys.append(full_key)

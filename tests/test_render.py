@@ -109,6 +109,31 @@ def test_cli_exits_2_with_the_message_on_a_config_error(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"config: {a: [\n", "cannot read"),
+        (b"config:\n  x: \xff\n", "cannot read"),
+        (b"config: [a]\n", "is not a stack file"),
+        (b"- a\n", "is not a stack file"),
+        (b"config:\n  gpu_tenancy:tenants: [{name: a}]\n", "gpu_tenancy:tenants: is not in the gpu-tenancy namespace"),
+    ],
+)
+def test_cli_exits_2_on_a_file_that_is_no_stack_file(tmp_path: Path, content: bytes, expected: str) -> None:
+    stack = tmp_path / "Pulumi.broken.yaml"
+    stack.write_bytes(content)
+    result = run_cli("--config", str(stack))
+    assert result.returncode == 2
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_the_program_refuses_a_misspelt_namespace_too() -> None:
+    # The engine hands the program every key; a misspelt namespace is not silently ignored.
+    with pytest.raises(harness.RenderError, match="did you mean gpu-tenancy:tenants"):
+        harness.render({"gpu_tenancy:tenants": json.dumps([{"name": "a"}])})
+
+
 def test_cli_exits_2_on_a_missing_file(tmp_path: Path) -> None:
     result = run_cli("--config", str(tmp_path / "Pulumi.none.yaml"))
     assert result.returncode == 2

@@ -38,7 +38,7 @@ from pulumi.runtime.settings import SETTINGS, get_root_resource
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from gpu_tenancy.config import CONFIG_NAMESPACE
+from gpu_tenancy.config import CONFIG_NAMESPACE, ConfigError
 from gpu_tenancy.stack_file import read_stack_file
 
 from . import mock_cloud
@@ -309,7 +309,10 @@ def _serialize(state: dict[str, Any]) -> struct_pb2.Struct:
 
 def load_stack_file(path: Path) -> tuple[dict[str, str], list[str]]:
     """Config of a ``Pulumi.<stack>.yaml`` as the CLI hands it to the program: JSON strings."""
-    values, secret_keys = read_stack_file(path)
+    try:
+        values, secret_keys = read_stack_file(path)
+    except ConfigError as error:  # not YAML, not a stack file, or our namespace misspelt
+        raise RenderError(str(error)) from None
     return {key: value if isinstance(value, str) else json.dumps(value) for key, value in values.items()}, secret_keys
 
 
