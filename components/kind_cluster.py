@@ -27,6 +27,26 @@ _OWNER = (
     f'owner="$(docker cp "$node:{OWNER_FILE}" - 2>/dev/null | tar -xOf - 2>/dev/null || true)"\n'
 )
 
+# Pulumi reaches every tenant API server at its MetalLB VIP on the kind network, so this machine must
+# route to container addresses: not so with a remote engine (kind's kubeconfig would point at
+# 127.0.0.1 here) nor a rootless one, whose container network lives in RootlessKit's namespace
+# (moby/moby#43625). Refused before kind creates anything.
+_LOCAL_ROOTFUL_ENGINE = """engine="${DOCKER_HOST:-}"
+[ -n "$engine" ] || engine="$(docker context inspect --format '{{.Endpoints.docker.Host}}' 2>/dev/null || true)"
+case "$engine" in
+  "" | unix://*) ;;
+  *)
+    echo "error: the docker engine at $engine is not on this machine; Pulumi reaches the tenant API servers" \\
+      "at their VIPs on the kind network, so run on the docker host itself" >&2
+    exit 1 ;;
+esac
+if docker info --format '{{json .SecurityOptions}}' | grep -q 'name=rootless'; then
+  echo "error: this docker engine is rootless: container addresses, and with them the tenants' VIPs, live in" \\
+    "RootlessKit's network namespace and this machine cannot reach them (moby/moby#43625); use a rootful engine" >&2
+  exit 1
+fi
+"""
+
 # The kubeconfig goes to stdout and kind's progress to stderr. kind is pointed at a throwaway
 # kubeconfig so the user's ~/.kube/config and current context are left alone.
 _CREATE = (
@@ -37,6 +57,7 @@ _CREATE = (
 trap 'rm -f "$kubeconfig"' EXIT
 """
     + _OWNER
+    + _LOCAL_ROOTFUL_ENGINE
     + """if kind get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER"; then
   if [ "$owner" != "$KIND_OWNER" ]; then
     echo "error: a kind cluster named $KIND_CLUSTER exists but stack $KIND_OWNER did not create it" \\

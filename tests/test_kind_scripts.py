@@ -17,7 +17,16 @@ from tests.shell import assert_valid_machine_script, executable
 OWNER = "gpu-tenancy/dev"
 
 
-def run(script: str, tmp_path: Path, *, exists: bool, owner: str | None) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+def run(
+    script: str,
+    tmp_path: Path,
+    *,
+    exists: bool,
+    owner: str | None,
+    security: str = '["name=seccomp,profile=builtin"]',
+    context: str = "unix:///var/run/docker.sock",
+    docker_host: str | None = None,
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     """Run ``script`` with a cluster ``kamaji`` that ``exists`` and whose node holds ``owner``."""
     state, bin_dir = tmp_path / "state", tmp_path / "bin"
     state.mkdir()
@@ -46,6 +55,8 @@ case "$1" in
   cp) [ "$2" = "kamaji-control-plane:{kind_cluster.OWNER_FILE}" ] && [ -e "{state}/gpu-tenancy-owner" ] || exit 1
       tar -cf - -C "{state}" gpu-tenancy-owner ;;
   exec) [ "$3" = kamaji-control-plane ] || exit 1; cat > "{state}/gpu-tenancy-owner" ;;
+  info) echo '{security}' ;;
+  context) echo '{context}' ;;
 esac""",
     )
     env = {
@@ -55,6 +66,8 @@ esac""",
         "KIND_EXPERIMENTAL_PROVIDER": "podman",
         "KIND_EXPERIMENTAL_DOCKER_NETWORK": "elsewhere",
     }
+    if docker_host is not None:
+        env["DOCKER_HOST"] = docker_host
     result = subprocess.run(
         ["sh", "-c", script], input="kind: Cluster\n", env=env, capture_output=True, text=True, timeout=30, check=False
     )
@@ -115,3 +128,25 @@ def test_destroy_of_a_cluster_already_gone_succeeds_without_kind_delete(tmp_path
     assert result.returncode == 0
     assert "already gone" in result.stderr
     assert not [line for line in log if line.startswith("kind delete")]
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({"security": '["name=seccomp,profile=builtin","name=rootless","name=cgroupns"]'}, "this docker engine is rootless"),
+        ({"docker_host": "tcp://10.0.0.5:2376"}, "the docker engine at tcp://10.0.0.5:2376 is not on this machine"),
+        ({"context": "ssh://me@gpu-box"}, "the docker engine at ssh://me@gpu-box is not on this machine"),
+    ],
+)
+def test_an_engine_whose_containers_this_machine_cannot_reach_is_refused_before_kind_runs(
+    tmp_path: Path, options: dict[str, str], expected: str
+) -> None:
+    result, log = run(kind_cluster._CREATE, tmp_path, exists=False, owner=None, **options)
+    assert result.returncode == 1
+    assert expected in result.stderr
+    assert not [line for line in log if line.startswith("kind ")]
+
+
+def test_a_local_socket_in_docker_host_is_this_machine(tmp_path: Path) -> None:
+    result, _ = run(kind_cluster._CREATE, tmp_path, exists=False, owner=None, docker_host="unix:///run/user/1000/docker.sock")
+    assert result.returncode == 0, result.stderr
