@@ -130,6 +130,10 @@ class _TenantControlPlaneResource(pulumi.CustomResource):
         )
 
 
+def _kubeconfig(secret: k8s.core.v1.Secret, key: str) -> pulumi.Output[str]:
+    return pulumi.Output.secret(secret.data.apply(lambda data: base64.b64decode(data[key]).decode()))
+
+
 class TenantControlPlane(pulumi.ComponentResource):
     """Namespace, data store and TCP in the management cluster; the tenant's kubeconfig and provider."""
 
@@ -187,7 +191,7 @@ class TenantControlPlane(pulumi.ComponentResource):
             tcp.status.apply(lambda status: f"{self.namespace}/{status['kubeconfig']['admin']['secretName']}"),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[tcp]),
         )
-        self.kubeconfig = pulumi.Output.secret(admin.data.apply(lambda data: base64.b64decode(data["admin.conf"]).decode()))
+        self.kubeconfig = _kubeconfig(admin, "admin.conf")
         # The hash is public (kubeadm prints it); it comes from the secret kubeconfig only because
         # that is where the CA arrives.
         self.ca_cert_hash = pulumi.Output.unsecret(
@@ -200,9 +204,13 @@ class TenantControlPlane(pulumi.ComponentResource):
             if vip is not None
             else tcp.status.apply(lambda status: status["controlPlaneEndpoint"])
         )
+        # The program's own provider uses super-admin.conf (system:masters), as Kamaji itself does:
+        # admin.conf works only once Kamaji's soot controller has bound kubeadm:cluster-admins, which
+        # it does after the TCP reports Ready, so the first resources could be refused with 403
+        # (clastix/kamaji#590; its e2e tests wait "for the Soot controller to set up RBAC").
         self.provider = k8s.Provider(
             name,
-            kubeconfig=self.kubeconfig,
+            kubeconfig=_kubeconfig(admin, "super-admin.conf"),
             delete_unreachable=True,
             opts=pulumi.ResourceOptions(parent=self),
         )

@@ -109,7 +109,12 @@ def test_tenant_provider_uses_the_tenant_kubeconfig(dev: harness.Render, dev_sec
     assert provider["inputs"]["kubeconfig"] == "[secret]"
     config = dev_secrets.one(K8S_PROVIDER, "tenant-a")["inputs"]["kubeconfig"]
     assert kubeconfig.server(config) == "https://172.18.255.230:6443"
-    assert yaml.safe_load(config)["users"][0]["name"] == "kubernetes-admin"
+    # super-admin.conf: admin.conf's RBAC binding appears only after Kamaji reports the TCP Ready.
+    assert yaml.safe_load(config)["users"][0]["name"] == "kubernetes-super-admin"
+    # Users get admin.conf, as Kamaji's guides export it.
+    exported = dev_secrets.outputs["tenants"]["tenant-a"]["kubeconfig"]
+    assert yaml.safe_load(exported)["users"][0]["name"] == "kubernetes-admin"
+    assert kubeconfig.server(exported) == "https://172.18.255.230:6443"
 
 
 def test_stack_outputs(dev: harness.Render) -> None:

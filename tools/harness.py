@@ -202,8 +202,13 @@ class _Cloud(pulumi_mocks.Mocks):
         namespace, name = args.resource_id.split("/", 1)
         tenant = name.removesuffix("-admin-kubeconfig")
         endpoint = mock_cloud.control_plane_endpoint(tenant, self.tenant_planes[f"{namespace}/{tenant}"])
-        config = mock_cloud.kubeconfig(tenant, f"https://{endpoint}")
-        return {"metadata": {"name": name, "namespace": namespace}, "data": {"admin.conf": _b64(config)}}
+        server = f"https://{endpoint}"
+        # Kamaji writes both: admin.conf (kubeadm:cluster-admins) and super-admin.conf (system:masters).
+        data = {
+            "admin.conf": _b64(mock_cloud.kubeconfig(tenant, server)),
+            "super-admin.conf": _b64(mock_cloud.kubeconfig(tenant, server, user="kubernetes-super-admin")),
+        }
+        return {"metadata": {"name": name, "namespace": namespace}, "data": data}
 
     def _RandomString(self, args: pulumi_mocks.MockResourceArgs) -> dict:
         return {"result": mock_cloud.random_string(args.name, args.inputs)}
