@@ -49,6 +49,33 @@ ROOTLESS_KUBELET_PATCHES: list[dict[str, Any]] = [
 ]
 
 
+# Kamaji's default admission controllers (the TCP CRD's default for
+# spec.kubernetes.admissionControllers) leave out NodeRestriction, which kubeadm always enables:
+# without it a kubelet may change any Node, its labels and its taints, and so steer another
+# node's pods or rewrite its GPU registration. Setting the list replaces the default, so it is
+# repeated here with NodeRestriction added.
+ADMISSION_CONTROLLERS: list[str] = [
+    "CertificateApproval",
+    "CertificateSigning",
+    "CertificateSubjectRestriction",
+    "DefaultIngressClass",
+    "DefaultStorageClass",
+    "DefaultTolerationSeconds",
+    "LimitRanger",
+    "MutatingAdmissionWebhook",
+    "NamespaceLifecycle",
+    "NodeRestriction",
+    "PersistentVolumeClaimResize",
+    "Priority",
+    "ResourceQuota",
+    "RuntimeClass",
+    "ServiceAccount",
+    "StorageObjectInUseProtection",
+    "TaintNodesByCondition",
+    "ValidatingAdmissionWebhook",
+]
+
+
 def control_plane_spec(
     tenant: Tenant,
     vip: pulumi.Input[str] | None,
@@ -96,6 +123,7 @@ def control_plane_spec(
         "kubernetes": {
             "version": tenant.kubernetes_version,
             "kubelet": {"configurationJSONPatches": kubelet_patches},
+            "admissionControllers": ADMISSION_CONTROLLERS,
         },
         "networkProfile": network_profile,
         "addons": {"coreDNS": {}, "kubeProxy": {}, "konnectivity": konnectivity},

@@ -43,6 +43,7 @@ ISSUE_RULES = [
     "tenant-worker-isolation",
     "unique-tenant-endpoints",
     "konnectivity-required",
+    "node-restriction",
     "control-plane-exposure",
     "pinned-versions",
     "privileged-containers-are-nodes",
@@ -403,6 +404,20 @@ CASES = [
         "konnectivity-required",
         lambda d: spec(d, "tenant-b")["addons"].update(konnectivity=None),
         "does not run the Konnectivity addon",
+    ),
+    # node-restriction
+    Case("dev", "node-restriction", same, None),
+    Case(
+        "kamajis-default-admission-controllers",
+        "node-restriction",
+        lambda d: spec(d, "tenant-a")["kubernetes"].pop("admissionControllers"),
+        "does not enable the NodeRestriction admission plugin",
+    ),
+    Case(
+        "admission-controllers-without-node-restriction",
+        "node-restriction",
+        lambda d: spec(d, "tenant-b")["kubernetes"]["admissionControllers"].remove("NodeRestriction"),
+        "does not enable the NodeRestriction admission plugin",
     ),
     # control-plane-exposure
     Case("dev", "control-plane-exposure", same, None),

@@ -43,6 +43,8 @@ def test_tcp_spec(dev: harness.Render) -> None:
     patches = spec["kubernetes"]["kubelet"]["configurationJSONPatches"]
     assert {"op": "add", "path": "/cgroupDriver", "value": "systemd"} in patches
     assert "dataStore" not in spec  # Kamaji's default DataStore
+    # Kamaji's default list lacks NodeRestriction: kubelets could rewrite each other's Nodes.
+    assert "NodeRestriction" in spec["kubernetes"]["admissionControllers"]
 
 
 # The KubeletConfiguration Kamaji uploads, as far as the patches touch it. Kamaji sets

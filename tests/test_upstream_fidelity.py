@@ -120,3 +120,12 @@ def test_values_validate_against_the_charts_values_schema(dev: harness.Render, c
     for release in releases:
         merged = fidelity.merged_values(fidelity.chart_values(CHART_VALUES[chart]), release["inputs"]["values"])
         jsonschema.Draft7Validator(document).validate(merged)
+
+
+def test_admission_controllers_are_kamajis_defaults_plus_node_restriction() -> None:
+    from components.tenant_control_plane import ADMISSION_CONTROLLERS  # noqa: PLC0415
+
+    schema = fidelity.crd_schema("kamaji/tenantcontrolplanes.yaml", "v1alpha1")
+    field = schema["properties"]["spec"]["properties"]["kubernetes"]["properties"]["admissionControllers"]
+    assert set(ADMISSION_CONTROLLERS) == {*field["default"], "NodeRestriction"}
+    assert set(ADMISSION_CONTROLLERS) <= set(field["items"]["enum"])

@@ -1,4 +1,5 @@
 """tenant-worker-isolation: every worker joins exactly one tenant, at that tenant's endpoint, and its labels agree.
+node-restriction: every tenant API server limits each kubelet to its own Node.
 
 A worker is any command (local ``docker exec`` or remote SSH) whose environment carries
 ``JOIN_ENDPOINT``; its tenant is the explicit ``GPU_TENANCY_TENANT``. The machine it runs on is the
@@ -177,3 +178,21 @@ def _registrations(stack: StackView, joins: dict[str, list[tuple[ResourceView, A
             expected = _node_name(container)
             if isinstance(node, str) and isinstance(expected, str) and node != expected:
                 yield Finding(f"GPU registration {command.name} registers node {node!r} from worker {expected!r}", command.urn)
+
+
+NODE_RESTRICTION = "NodeRestriction"
+
+
+def check_node_restriction(resource: ResourceView) -> Iterator[str]:
+    """Kamaji's default admission controllers lack NodeRestriction, which kubeadm always enables."""
+    if resource.type != kinds.TENANT_CONTROL_PLANE:
+        return
+    controllers = resource.get("spec", "kubernetes", "admissionControllers", default=None)
+    if controllers is UNKNOWN or (isinstance(controllers, list) and UNKNOWN in controllers):
+        return
+    if not isinstance(controllers, list) or NODE_RESTRICTION not in controllers:
+        yield (
+            "the TenantControlPlane does not enable the NodeRestriction admission plugin "
+            "(spec.kubernetes.admissionControllers; Kamaji's default list lacks it): any kubelet of the tenant could "
+            "change another node's labels, taints or GPU registration and steer that node's pods"
+        )

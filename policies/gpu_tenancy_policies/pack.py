@@ -124,6 +124,11 @@ POLICIES: Final[list[Policy]] = [
         "Every TenantControlPlane runs the Konnectivity addon.",
         lambda resource, _: endpoints.check_konnectivity(resource),
     ),
+    _resource_policy(
+        "node-restriction",
+        "Every TenantControlPlane enables the NodeRestriction admission plugin.",
+        lambda resource, _: isolation.check_node_restriction(resource),
+    ),
     _stack_policy(
         "control-plane-exposure",
         "Tenant API servers use a LoadBalancer at a fixed address in the MetalLB pool, or an in-range NodePort with an address.",
