@@ -146,11 +146,14 @@ class WorkerJoin(pulumi.ComponentResource):
         )
         self.join = machine.run(
             f"{name}-join",
-            script=kubeadm.join_script(machine.hostname, kubernetes_version, machine.preflight_ignores, node_labels),
+            script=kubeadm.join_script(
+                machine.hostname, kubernetes_version, machine.preflight_ignores, node_labels, f"{name}-token-id"
+            ),
             environment={
                 conventions.ENV_TENANT: tenant,
                 conventions.ENV_JOIN_ENDPOINT: endpoint,
                 conventions.ENV_JOIN_CA_CERT_HASH: ca_cert_hash,
+                conventions.ENV_TOKEN_EXPIRES: expiry.rfc3339,
             },
             secrets={conventions.ENV_JOIN_TOKEN: token},
             delete=leave_script(machine.hostname),

@@ -70,7 +70,13 @@ def join_configuration_api(kubernetes_version: str) -> str:
     return "kubeadm.k8s.io/v1beta4" if kubernetes_minor(kubernetes_version) >= (1, 31) else "kubeadm.k8s.io/v1beta3"
 
 
-def join_script(node_name: str, kubernetes_version: str, preflight_ignores: tuple[str, ...], node_labels: dict[str, str]) -> str:
+def join_script(
+    node_name: str,
+    kubernetes_version: str,
+    preflight_ignores: tuple[str, ...],
+    node_labels: dict[str, str],
+    token_resource: str = "the token-id RandomString",
+) -> str:
     """A POSIX shell script that joins this machine, reading the secrets from the environment.
 
     ``JOIN_ENDPOINT``, ``JOIN_TOKEN`` and ``JOIN_CA_CERT_HASH`` come from the environment and
@@ -80,6 +86,10 @@ def join_script(node_name: str, kubernetes_version: str, preflight_ignores: tupl
     again (the kubelet applies ``--node-labels`` only when it registers), anything else is reset
     first. kubeadm's preflight refuses to join over what a failed join leaves
     (``bootstrap-kubelet.conf``, ``pki/ca.crt``), not only over ``kubelet.conf``.
+
+    A token is made once and expires (``BOOTSTRAP_TOKEN_EXPIRES``, RFC 3339 UTC), after which the
+    tenant's tokencleaner deletes it; a join first retried after that (a failed ``pulumi up`` run
+    again the next day) stops at once and names ``token_resource``, whose replacement makes a new one.
     """
     ignore = f" --ignore-preflight-errors={','.join(preflight_ignores)}" if preflight_ignores else ""
     api = join_configuration_api(kubernetes_version)
@@ -96,6 +106,12 @@ if [ -f /etc/kubernetes/kubelet.conf ] && grep -q "server: https://$JOIN_ENDPOIN
   echo "already joined to $JOIN_ENDPOINT"
   kubectl --kubeconfig /etc/kubernetes/kubelet.conf label node {node} --overwrite {label_args}
   exit 0
+fi
+if [ -n "${{BOOTSTRAP_TOKEN_EXPIRES:-}}" ] &&
+  awk -v now="$(date -u +%Y-%m-%dT%H:%M:%SZ)" -v end="$BOOTSTRAP_TOKEN_EXPIRES" 'BEGIN {{ exit !(now >= end) }}'; then
+  echo "the bootstrap token expired at $BOOTSTRAP_TOKEN_EXPIRES and the tenant has deleted it;" >&2
+  echo "make a new one with pulumi up --replace '<urn of {token_resource}>' (pulumi stack --show-urns lists it)" >&2
+  exit 1
 fi
 waited=0
 until systemctl is-active --quiet containerd; do

@@ -22,7 +22,9 @@ def tool(bin_dir: Path, name: str, body: str) -> None:
     executable(bin_dir / name, f'#!/bin/sh\necho "{name} $*" >> "$LOG"\n{body}\n')
 
 
-def run_join(tmp_path: Path, *, failing_joins: int = 0, runtime_starts_after: int = 0) -> tuple[int, list[str], Path]:
+def run_join(
+    tmp_path: Path, *, failing_joins: int = 0, runtime_starts_after: int = 0, expires: str | None = None
+) -> tuple[int, list[str], Path]:
     etc = tmp_path / "etc"
     (etc / "kubernetes" / "pki").mkdir(parents=True, exist_ok=True)
     (etc / "default").mkdir(exist_ok=True)
@@ -72,6 +74,7 @@ esac""",
             "JOIN_ENDPOINT": ENDPOINT,
             "JOIN_TOKEN": "abcdef.0123456789abcdef",
             "JOIN_CA_CERT_HASH": "sha256:00",
+            **({"BOOTSTRAP_TOKEN_EXPIRES": expires} if expires else {}),
         },
         capture_output=True,
         text=True,
@@ -154,3 +157,10 @@ def test_the_token_reaches_kubeadm_in_a_file_only_root_reads(tmp_path: Path) -> 
 @pytest.mark.parametrize(("version", "api"), [("v1.36.4", "v1beta4"), ("v1.31.0", "v1beta4"), ("v1.30.9", "v1beta3")])
 def test_the_join_configuration_speaks_the_tenants_kubeadm(version: str, api: str) -> None:
     assert f"apiVersion: kubeadm.k8s.io/{api}\n" in kubeadm.join_script("w", version, (), {})
+
+
+@pytest.mark.parametrize(("expires", "joins"), [("2000-01-01T00:00:00Z", False), ("2999-01-01T00:00:00Z", True)])
+def test_an_expired_token_stops_the_join_before_kubeadm_runs(tmp_path: Path, expires: str, joins: bool) -> None:
+    code, calls, _ = run_join(tmp_path, expires=expires)
+    assert (code == 0) is joins
+    assert ("kubeadm join" in calls) is joins

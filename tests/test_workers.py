@@ -175,8 +175,13 @@ def test_discovery_hash_matches_an_independent_computation(dev_secrets: harness.
 
 def test_join_runs_kubeadm_in_the_container_against_the_tenant_vip(dev_secrets: harness.Render) -> None:
     join = dev_secrets.one(COMMAND, "tenant-a-worker-0-join")["inputs"]
-    assert join["create"] == "docker exec -i -e GPU_TENANCY_TENANT -e JOIN_ENDPOINT -e JOIN_CA_CERT_HASH tenant-a-worker-0 sh -s"
+    passed = "-e GPU_TENANCY_TENANT -e JOIN_ENDPOINT -e JOIN_CA_CERT_HASH -e BOOTSTRAP_TOKEN_EXPIRES"
+    assert join["create"] == f"docker exec -i {passed} tenant-a-worker-0 sh -s"
     assert join["environment"]["JOIN_ENDPOINT"] == "172.18.255.230:6443"
+    # The token Secret's own expiration, so that a join first run after it stops and says so.
+    token_data = token_secret(dev_secrets, "tenant-a-worker-0")["inputs"]["stringData"]
+    assert join["environment"]["BOOTSTRAP_TOKEN_EXPIRES"] == token_data["expiration"]
+    assert "pulumi up --replace '<urn of tenant-a-worker-0-token-id>'" in join["stdin"]
     assert join["environment"]["GPU_TENANCY_TENANT"] == "tenant-a"
     token_data = token_secret(dev_secrets, "tenant-a-worker-0")["inputs"]["stringData"]
     token = f"{token_data['token-id']}.{token_data['token-secret']}"
