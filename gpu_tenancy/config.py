@@ -425,6 +425,15 @@ class StackConfig(_Model):
 
     def _workers(self) -> Iterable[tuple[str, str]]:
         for i, tenant in enumerate(self.tenants):
+            if len({worker.ssh is None for worker in tenant.workers}) > 1:
+                yield (
+                    f"tenants[{i}].workers",
+                    (
+                        "mix docker workers and ssh hosts: the tenant's kubelet and kube-proxy settings are one "
+                        "per tenant, and docker workers need kind's nested-node ones (swap, eviction, conntrack) "
+                        "that real hosts must not get; put them in separate tenants"
+                    ),
+                )
             for j, worker in enumerate(tenant.workers):
                 if worker.ssh is not None:
                     continue

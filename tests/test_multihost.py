@@ -117,12 +117,21 @@ def mock_mode() -> dict[str, Any]:
 
 def test_docker_workers_with_an_existing_cluster_need_a_worker_network() -> None:
     config = mock_mode()
-    config["tenants"][0]["workers"].append({"name": "docker-0"})
-    with pytest.raises(harness.RenderError, match=r"tenants\[0\]\.workers\[1\]: is a docker worker \(no ssh\)"):
+    config["tenants"].append({"name": "lab", "workers": [{"name": "docker-0"}]})
+    with pytest.raises(harness.RenderError, match=r"tenants\[1\]\.workers\[0\]: is a docker worker \(no ssh\)"):
         render_config(config)
     config["network"]["workerNetwork"] = "lab-net"
     container = render_config(config).one(CONTAINER, "docker-0")
     assert container["inputs"]["networksAdvanced"] == [{"name": "lab-net", "aliases": ["docker-0"]}]
+
+
+def test_a_tenant_does_not_mix_docker_workers_and_ssh_hosts() -> None:
+    # Kubelet and kube-proxy settings are per tenant; kind's nested-node ones would reach real hosts.
+    config = mock_mode()
+    config["network"]["workerNetwork"] = "lab-net"
+    config["tenants"][0]["workers"].append({"name": "docker-0"})
+    with pytest.raises(harness.RenderError, match=r"tenants\[0\]\.workers: mix docker workers and ssh hosts"):
+        render_config(config)
 
 
 # --- SSH workers ------------------------------------------------------------------------------------
