@@ -3,25 +3,42 @@ SHELL := /usr/bin/env bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
+## STACK=dev          the stack up, preview, destroy, validate, render, policy and kubeconfig use
+## PYTHON=python3     the interpreter the virtualenv is made with (3.11+), e.g. make up PYTHON=python3.12
+## UP_FLAGS=--yes     pulumi flags of up and destroy: neither prompts; make destroy UP_FLAGS= asks first
+## TENANT=<name>      the tenant make kubeconfig prints the kubeconfig of
 PYTHON ?= python3
 STACK ?= dev
 VENV := .venv
 TOOLS := .tools
-# Host tool versions are pinned in gpu_tenancy/versions.py with everything else.
-KIND_VERSION := $(shell $(PYTHON) -c 'from gpu_tenancy.versions import KIND_VERSION; print(KIND_VERSION)')
-PULUMI_VERSION := $(shell $(PYTHON) -c 'from gpu_tenancy.versions import PULUMI_CLI_VERSION; print(PULUMI_CLI_VERSION)')
+# Host tool versions are pinned in gpu_tenancy/versions.py with everything else. Without $(PYTHON)
+# they stay empty and the recipes that need them say so once (no "command not found" at parse time).
+PYTHON_FOUND := $(shell command -v $(PYTHON) 2>/dev/null)
+ifneq ($(PYTHON_FOUND),)
+KIND_VERSION := $(shell $(PYTHON) -c 'from gpu_tenancy.versions import KIND_VERSION; print(KIND_VERSION)' 2>/dev/null)
+PULUMI_VERSION := $(shell $(PYTHON) -c 'from gpu_tenancy.versions import PULUMI_CLI_VERSION; print(PULUMI_CLI_VERSION)' 2>/dev/null)
+endif
+# The README's Prerequisites: `make up` warns below these inotify limits (Linux only).
+INOTIFY_MAX_USER_INSTANCES := 1024
+INOTIFY_MAX_USER_WATCHES := 524288
+INOTIFY_DIR ?= /proc/sys/fs/inotify
 # kind and pulumi from .tools/bin when the host has none; the program's commands inherit this PATH.
 export PATH := $(CURDIR)/$(TOOLS)/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 UP_FLAGS ?= --yes
 PULUMI := scripts/pulumi-env.sh $(STACK) pulumi
 
-.PHONY: help venv tools up preview destroy test lint render policy validate clean
+.PHONY: help preflight venv tools up preview destroy kubeconfig test lint render policy validate clean
 
-help: ## Show the targets.
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / { printf "  %-10s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+help: ## Show the targets and the variables they read.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / { printf "  %-11s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+	@echo "Variables (make <target> NAME=value):"
+	@sed -n 's/^## /  /p' $(MAKEFILE_LIST)
 
+# One message when $(PYTHON) is missing or too old, naming the version found.
 $(VENV)/.installed: requirements.txt requirements-dev.txt policies/requirements.txt
-	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python 3.11+ is required" >&2; exit 1; }
+	@[ -n "$(PYTHON_FOUND)" ] || { echo "$(PYTHON) not found: install Python 3.11+ or name one, e.g. make up PYTHON=python3.12" >&2; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { \
+	  echo "Python 3.11+ is required; $(PYTHON) is $$($(PYTHON) -c 'import platform; print(platform.python_version())' 2>&1 || true): name another, e.g. make up PYTHON=python3.12" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -r requirements-dev.txt
@@ -30,17 +47,38 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt policies/requirements.
 venv: $(VENV)/.installed ## Create the virtualenv with every requirement.
 
 tools: ## Fetch kind and the Pulumi CLI into .tools/bin unless those on PATH fit the pins.
+	@[ -n "$(KIND_VERSION)" ] && [ -n "$(PULUMI_VERSION)" ] || { echo "could not read the pinned versions from gpu_tenancy/versions.py with $(PYTHON) (Python 3.11+; e.g. make up PYTHON=python3.12)" >&2; exit 1; }
 	@scripts/fetch-tools.sh $(TOOLS) $(KIND_VERSION) $(PULUMI_VERSION)
 
-up: venv tools ## Deploy the stack (default dev) with pulumi up.
+preflight: ## Check that the Docker daemon answers, and warn below the README's inotify limits.
 	@command -v docker >/dev/null || { echo "Docker is required: https://docs.docker.com/engine/install/" >&2; exit 1; }
+	@if ! error="$$(docker info 2>&1 >/dev/null)"; then \
+	  echo "docker info failed: $$(printf '%s\n' "$$error" | sed -n '/./{p;q;}')" >&2; \
+	  echo "Start Docker (Docker Desktop, or sudo systemctl start docker), or on 'permission denied' add yourself to the docker group (sudo usermod -aG docker \$$USER, then log in again)." >&2; \
+	  exit 1; \
+	fi
+	@for limit in max_user_instances=$(INOTIFY_MAX_USER_INSTANCES) max_user_watches=$(INOTIFY_MAX_USER_WATCHES); do \
+	  key="$${limit%=*}" want="$${limit#*=}"; \
+	  [ -r "$(INOTIFY_DIR)/$$key" ] || continue; \
+	  have="$$(cat "$(INOTIFY_DIR)/$$key")"; \
+	  [ "$$have" -ge "$$want" ] || echo "warning: fs.inotify.$$key is $$have, below $$want: tenant workers may exit 255 (too many open files); sudo sysctl fs.inotify.$$key=$$want (README, Prerequisites)" >&2; \
+	done
+
+up: preflight venv tools ## Deploy the stack with pulumi up (checks Docker first).
 	$(PULUMI) up --stack $(STACK) $(UP_FLAGS)
 
 preview: venv tools ## Preview the stack, with the policy pack.
 	$(PULUMI) preview --stack $(STACK) --policy-pack policies
 
-destroy: venv tools ## Destroy the stack: tenants, workers and the kind cluster.
+destroy: venv tools ## Destroy what up made, the kind cluster included (the empty stack and passphrase stay).
 	scripts/pulumi-env.sh --existing $(STACK) pulumi destroy --stack $(STACK) $(UP_FLAGS)
+
+# No prerequisites: anything they printed would land in the redirected kubeconfig.
+kubeconfig: ## Print a tenant's kubeconfig: make kubeconfig TENANT=tenant-a > tenant-a.kubeconfig
+	@[ -n "$(TENANT)" ] || { echo "usage: make kubeconfig TENANT=<name> [STACK=$(STACK)] > <name>.kubeconfig" >&2; exit 2; }
+	@[ -x $(VENV)/bin/python ] || { echo "no $(VENV): run make up first" >&2; exit 1; }
+	@scripts/pulumi-env.sh --existing $(STACK) pulumi stack output tenants --show-secrets --json --stack $(STACK) \
+	  | $(VENV)/bin/python -c "$$KUBECONFIG_PY" "$(TENANT)"
 
 test: venv ## Lint and run the offline test suite.
 	$(VENV)/bin/ruff check .
@@ -60,3 +98,18 @@ validate: venv tools ## Validate the deployed stack against the live clusters.
 
 clean: ## Remove the virtualenv and fetched tools (not the stack state).
 	rm -rf $(VENV) $(TOOLS)
+
+# make kubeconfig: the tenant's kubeconfig from `pulumi stack output tenants --json` on stdin.
+define KUBECONFIG_PY
+import json, sys
+text = sys.stdin.read()
+if not text.strip():
+    sys.exit(1)  # pulumi-env.sh or pulumi said why
+tenants = json.loads(text) or {}
+name = sys.argv[1]
+if name not in tenants:
+    sys.exit(f"no tenant {name!r} in the stack outputs; tenants: {', '.join(sorted(tenants)) or 'none'}")
+kubeconfig = tenants[name]["kubeconfig"]
+sys.stdout.write(kubeconfig if kubeconfig.endswith("\n") else kubeconfig + "\n")
+endef
+export KUBECONFIG_PY

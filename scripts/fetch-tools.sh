@@ -3,6 +3,7 @@
 # the pinned releases fetched into .tools/bin (first on the Makefile's PATH), verified against the
 # checksums each release publishes. kind must be the pinned release: kindest/node images are built
 # per kind release and are not guaranteed to work with another. The Pulumi CLI may be newer.
+# Downloads go to a temporary directory; only verified tools are moved into .tools.
 set -euo pipefail
 
 tools_dir="${1:?tools dir}"
@@ -27,21 +28,42 @@ verify() {
   local actual
   actual="$(sha256 "$1")"
   if [ "$actual" != "$2" ]; then
-    echo "checksum mismatch for $1: expected $2, got $actual" >&2
-    rm -f "$1"
+    echo "checksum mismatch for $(basename "$1"): expected $2, got $actual" >&2
     exit 1
   fi
 }
 
-download() { curl --fail --silent --show-error --location --retry 3 --output "$2" "$1"; }
+# download URL FILE INSTEAD: fetch URL into FILE, or stop with one line saying what to do instead.
+download() {
+  if ! curl --fail --silent --show-error --location --retry 3 --output "$2" "$1"; then
+    echo "could not fetch $1: put $3 on PATH instead, or retry \`make tools\`" >&2
+    exit 1
+  fi
+}
 
-# at_least HAVE WANT: version HAVE (vX.Y.Z, any suffix ignored) is WANT or newer.
+# at_least HAVE WANT: version HAVE (vX.Y.Z[-pre][+build]) is WANT or newer, by SemVer precedence:
+# a pre-release comes before its release (v3.272.0-alpha.1 < v3.272.0); build metadata is ignored.
 at_least() {
-  awk -v have="${1#v}" -v want="${2#v}" 'BEGIN {
-    split(have, h, "."); split(want, w, ".")
-    for (i = 1; i <= 3; i++) { if (h[i] + 0 > w[i] + 0) exit 0; if (h[i] + 0 < w[i] + 0) exit 1 }
-    exit 0
-  }'
+  awk -v have="${1#v}" -v want="${2#v}" '
+    function cmp_id(a, b,   an, bn) {
+      an = (a ~ /^[0-9]+$/); bn = (b ~ /^[0-9]+$/)
+      if (an && bn) return (a + 0 > b + 0) - (a + 0 < b + 0)
+      if (an != bn) return an ? -1 : 1
+      return (a > b) - (a < b)
+    }
+    BEGIN {
+      sub(/\+.*/, "", have); sub(/\+.*/, "", want)
+      hp = index(have, "-"); wp = index(want, "-")
+      hpre = hp ? substr(have, hp + 1) : ""; if (hp) have = substr(have, 1, hp - 1)
+      wpre = wp ? substr(want, wp + 1) : ""; if (wp) want = substr(want, 1, wp - 1)
+      split(have, h, "."); split(want, w, ".")
+      for (i = 1; i <= 3; i++) { if (h[i] + 0 > w[i] + 0) exit 0; if (h[i] + 0 < w[i] + 0) exit 1 }
+      if (hpre == "") exit 0
+      if (wpre == "") exit 1
+      n = split(hpre, hx, "."); m = split(wpre, wx, ".")
+      for (i = 1; i <= n && i <= m; i++) { c = cmp_id(hx[i], wx[i]); if (c > 0) exit 0; if (c < 0) exit 1 }
+      if (n >= m) exit 0; exit 1
+    }'
 }
 kind_fits() { [ "$("$1" version 2>/dev/null | awk '{ print $2 }')" = "$kind_version" ]; }
 pulumi_fits() { at_least "$("$1" version 2>/dev/null || echo v0)" "$pulumi_version"; }
@@ -63,29 +85,38 @@ fits() {
   return 1
 }
 
+# Downloads, checksums and the unpacked archive stay here until verified; nothing is left on failure.
+# Inside tools_dir, so the final mv is a rename on one filesystem.
+tmp="$(mktemp -d "$tools_dir/.download.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+
 if ! fits kind; then
   asset="kind-$os-$arch"
   url="https://github.com/kubernetes-sigs/kind/releases/download/$kind_version/$asset"
+  instead="kind $kind_version (exactly that release)"
   echo "fetching kind $kind_version" >&2
-  download "$url" "$bin/kind.download"
-  download "$url.sha256sum" "$bin/kind.sha256sum"
-  verify "$bin/kind.download" "$(cut -d' ' -f1 "$bin/kind.sha256sum")"
-  rm -f "$bin/kind.sha256sum"
-  chmod +x "$bin/kind.download"
-  mv "$bin/kind.download" "$bin/kind"
+  download "$url" "$tmp/kind" "$instead"
+  download "$url.sha256sum" "$tmp/kind.sha256sum" "$instead"
+  verify "$tmp/kind" "$(cut -d' ' -f1 "$tmp/kind.sha256sum")"
+  chmod +x "$tmp/kind"
+  mv "$tmp/kind" "$bin/kind"
 fi
 
 if ! fits pulumi; then
   plain="${pulumi_version#v}"
   asset="pulumi-$pulumi_version-$os-$pulumi_arch.tar.gz"
   base="https://github.com/pulumi/pulumi/releases/download/$pulumi_version"
+  instead="the Pulumi CLI $pulumi_version or newer"
   echo "fetching the Pulumi CLI $pulumi_version" >&2
-  download "$base/$asset" "$tools_dir/$asset"
-  download "$base/pulumi-$plain-checksums.txt" "$tools_dir/pulumi-checksums.txt"
-  expected="$(awk -v a="$asset" '$2 == a { print $1 }' "$tools_dir/pulumi-checksums.txt")"
+  download "$base/$asset" "$tmp/$asset" "$instead"
+  download "$base/pulumi-$plain-checksums.txt" "$tmp/pulumi-checksums.txt" "$instead"
+  expected="$(awk -v a="$asset" '$2 == a { print $1 }' "$tmp/pulumi-checksums.txt")"
   [ -n "$expected" ] || { echo "$asset is not listed in pulumi-$plain-checksums.txt" >&2; exit 1; }
-  verify "$tools_dir/$asset" "$expected"
-  tar -xzf "$tools_dir/$asset" -C "$tools_dir"
-  rm -f "$tools_dir/$asset" "$tools_dir/pulumi-checksums.txt"
+  verify "$tmp/$asset" "$expected"
+  mkdir "$tmp/unpacked"
+  tar -xzf "$tmp/$asset" -C "$tmp/unpacked"
+  [ -x "$tmp/unpacked/pulumi/pulumi" ] || { echo "$asset holds no pulumi/pulumi" >&2; exit 1; }
+  rm -rf "${tools_dir:?}/pulumi"
+  mv "$tmp/unpacked/pulumi" "$tools_dir/pulumi"
   for binary in "$tools_dir"/pulumi/*; do ln -sf "../pulumi/$(basename "$binary")" "$bin/$(basename "$binary")"; done
 fi

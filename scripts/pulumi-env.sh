@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Run a Pulumi CLI command with a backend and secrets provider the user did not have to choose.
 #   scripts/pulumi-env.sh [--existing] STACK pulumi up ...
-# --existing: the stack must exist already (read-only use such as validation); otherwise it is
-# created on first use.
+# --existing: the stack must exist already (validation, outputs, destroy) and nothing is created:
+# no .pulumi-state/, no .pulumi-passphrase, no stack. Otherwise the stack is created on first use.
 # A user who set PULUMI_BACKEND_URL or is logged in keeps that backend; otherwise state goes to
 # .pulumi-state/ next to the project. A user who set PULUMI_CONFIG_PASSPHRASE(_FILE) keeps it;
 # otherwise every self-managed backend (file, s3, gs, azblob) gets a passphrase generated once into
-# .pulumi-passphrase (mode 600). Pulumi Cloud brings its own secrets provider.
+# .pulumi-passphrase (mode 600). Pulumi Cloud brings its own secrets provider. As in Pulumi's own
+# readPassphrase, a PULUMI_CONFIG_PASSPHRASE that is set counts even when empty (an empty passphrase),
+# while an empty PULUMI_CONFIG_PASSPHRASE_FILE is ignored.
 # Written for bash 3.2 too (macOS): no empty-array expansion under `set -u`.
 set -euo pipefail
 
@@ -18,6 +20,12 @@ fi
 stack="${1:?stack}"
 shift
 project_dir="$(cd "$(dirname "$0")/.." && pwd)"
+
+if ! command -v pulumi >/dev/null 2>&1; then
+  echo "the Pulumi CLI is not on PATH: run this through make (\`make up\`, \`make destroy\`, ...," \
+    "which put .tools/bin on PATH), or install it (https://www.pulumi.com/docs/install/)" >&2
+  exit 2
+fi
 
 backend="${PULUMI_BACKEND_URL:-}"
 if [ -z "$backend" ]; then
@@ -32,6 +40,11 @@ if [ -z "$backend" ]; then
       "check it with \`pulumi whoami\`, or set PULUMI_BACKEND_URL" >&2
     exit 2
   else
+    if [ "$existing" = true ] && [ ! -d "$project_dir/.pulumi-state" ]; then
+      echo "no stack '$stack' in this backend: no login, no PULUMI_BACKEND_URL and no local state" \
+        "($project_dir/.pulumi-state): run \`make up\` first" >&2
+      exit 2
+    fi
     mkdir -p "$project_dir/.pulumi-state"
     backend="file://$project_dir/.pulumi-state"
     export PULUMI_BACKEND_URL="$backend"
@@ -39,32 +52,65 @@ if [ -z "$backend" ]; then
 fi
 
 passphrase_provider=""
-fresh_passphrase=false
-if [ -z "${PULUMI_CONFIG_PASSPHRASE:-}" ] && [ -z "${PULUMI_CONFIG_PASSPHRASE_FILE:-}" ]; then
+own_passphrase=false   # the passphrase is this project's .pulumi-passphrase, not one the user chose
+fresh_passphrase=false # ... and was generated just now
+no_passphrase=false    # --existing, a self-managed backend, and no passphrase from anywhere
+if [ -z "${PULUMI_CONFIG_PASSPHRASE+set}" ] && [ -z "${PULUMI_CONFIG_PASSPHRASE_FILE:-}" ]; then
   # An empty URL (a CLI that did not say) is left to the user's own setup, as Pulumi Cloud is.
   case "$backend" in "" | https://* | http://*) ;; *)
     passphrase_file="$project_dir/.pulumi-passphrase"
-    if [ ! -s "$passphrase_file" ]; then
+    if [ -s "$passphrase_file" ]; then
+      own_passphrase=true
+    elif [ "$existing" = false ]; then
       (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$passphrase_file")
+      own_passphrase=true
       fresh_passphrase=true
+    else
+      # An existing stack cannot have been made with a passphrase generated now.
+      no_passphrase=true
     fi
-    export PULUMI_CONFIG_PASSPHRASE_FILE="$passphrase_file"
-    passphrase_provider=passphrase
+    if [ "$own_passphrase" = true ]; then
+      export PULUMI_CONFIG_PASSPHRASE_FILE="$passphrase_file"
+      passphrase_provider=passphrase
+    fi
   ;; esac
 fi
 export PULUMI_SKIP_UPDATE_CHECK=true
 
-if ! pulumi stack select "$stack" >/dev/null 2>&1; then
+if select_error="$(pulumi stack select "$stack" 2>&1 >/dev/null)"; then
+  if [ "$no_passphrase" = true ]; then
+    echo "note: no PULUMI_CONFIG_PASSPHRASE(_FILE) and no $project_dir/.pulumi-passphrase: set the" \
+      "passphrase stack '$stack' was created with if pulumi asks for one" >&2
+  fi
+else
   if [ "$existing" = true ]; then
-    echo "no stack '$stack' in this backend (${backend:-pulumi cloud}): run \`make up\` first" >&2
+    # pulumi's own words lead unless it said the stack is missing (a network, login or state
+    # error is not a missing stack).
+    case "$select_error" in
+      *"no stack named"*) echo "no stack '$stack' in this backend (${backend:-pulumi cloud}): run \`make up\` first" >&2 ;;
+      *) echo "\`pulumi stack select $stack\` failed in this backend (${backend:-pulumi cloud}):" >&2 ;;
+    esac
+    sed -n '1,5s/^/  /p' <<< "${select_error:-(pulumi printed nothing)}" >&2
     exit 2
   fi
   stack_file="$project_dir/Pulumi.$stack.yaml"
-  if [ "$fresh_passphrase" = true ] && [ -f "$stack_file" ] && grep -q '^encryptionsalt:' "$stack_file"; then
-    # The salt was made with another passphrase, for a stack in another backend (a committed line,
-    # or state that was reset); `stack init` would check the new passphrase against it and fail.
-    echo "Pulumi.$stack.yaml: dropping an encryptionsalt made for another passphrase" >&2
-    sed '/^encryptionsalt:/d' "$stack_file" > "$stack_file.tmp" && mv "$stack_file.tmp" "$stack_file"
+  if [ "$own_passphrase" = true ] && [ -f "$stack_file" ] && grep -q '^encryptionsalt:' "$stack_file"; then
+    # `stack init` checks the passphrase against a salt already in the file and fails with
+    # "incorrect passphrase" when another passphrase made it (someone's committed line). A stack
+    # about to be created has nothing encrypted with the salt except `secure:` config values, so
+    # with our own passphrase and no stack the salt goes: always for a passphrase generated just
+    # now, otherwise when pulumi said there is no such stack and no secure value needs the salt.
+    # A passphrase the user chose may be the one that made it: their salt stays.
+    stack_missing=false
+    case "$select_error" in *"no stack named"*) stack_missing=true ;; esac
+    if [ "$fresh_passphrase" = true ] ||
+      { [ "$stack_missing" = true ] && ! grep -q 'secure:' "$stack_file"; }; then
+      echo "Pulumi.$stack.yaml: dropping an encryptionsalt left from another stack or passphrase" >&2
+      sed '/^encryptionsalt:/d' "$stack_file" > "$stack_file.tmp" && mv "$stack_file.tmp" "$stack_file"
+    elif [ "$stack_missing" = true ]; then
+      echo "Pulumi.$stack.yaml: keeping its encryptionsalt for its secure: values; if \`stack init\` says" \
+        "incorrect passphrase, set the passphrase that made them or delete them and the salt" >&2
+    fi
   fi
   if [ -n "$passphrase_provider" ]; then
     pulumi stack init "$stack" --secrets-provider "$passphrase_provider"

@@ -6,11 +6,14 @@ They run for real here against stand-ins for `curl` and `pulumi` placed first on
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import shutil
 import stat
 import subprocess
 import tarfile
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -61,6 +64,7 @@ cp "{served}/$(basename "$url")" "$out"
         "cat",
         "gzip",
         "find",
+        "mktemp",
     ):
         found = subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True, text=True, check=False).stdout.strip()
         if found and not (bin_dir / tool).exists():
@@ -140,6 +144,10 @@ def fetched(served: Path) -> list[str]:
         ("v0.33.0", "v3.300.1", []),  # a newer CLI runs the pinned SDKs' plugins
         ("v0.26.0", "v3.272.0", ["kind"]),  # node images are built per kind release
         ("v0.34.0", "v3.148.0", ["kind", "pulumi"]),  # e.g. what a CI runner image ships
+        ("v0.33.0", "v3.272.0-alpha.1", ["pulumi"]),  # a pre-release comes before its release
+        ("v0.33.0", "v3.272.0-rc.1+g1a2b3c", ["pulumi"]),
+        ("v0.33.0", "v3.272.0+dirty", []),  # build metadata does not count
+        ("v0.33.0", "v3.273.0-alpha.1", []),  # a pre-release of a newer release is newer
     ],
 )
 def test_host_tools_are_used_only_when_they_fit_the_pins(
@@ -174,12 +182,56 @@ def test_fetch_tools_refuses_a_checksum_mismatch(tmp_path: Path, release_server:
     assert result.returncode == 1
     assert "checksum mismatch" in result.stderr
     assert not (tmp_path / "tools" / "bin" / tool).exists()
+    assert left_in_tools(tmp_path) == ({"bin", "bin/kind"} if tool == "pulumi" else {"bin"})
 
 
-def fake_pulumi(tmp_path: Path, *, logged_in: bool, stacks: list[str], url: str = "https://app.pulumi.com/me") -> Path:
+def left_in_tools(tmp_path: Path) -> set[str]:
+    tools = tmp_path / "tools"
+    return {str(path.relative_to(tools)) for path in tools.rglob("*")}
+
+
+@pytest.mark.parametrize(
+    ("missing", "instead"),
+    [
+        ("kind-linux-{arch}", "kind v0.33.0 (exactly"),
+        ("kind-linux-{arch}.sha256sum", "kind v0.33.0 (exactly"),
+        ("pulumi-v3.272.0-linux-{pulumi_arch}.tar.gz", "the Pulumi CLI v3.272.0 or newer"),
+        ("pulumi-3.272.0-checksums.txt", "the Pulumi CLI v3.272.0 or newer"),
+    ],
+)
+def test_a_failed_download_leaves_nothing_behind_and_says_what_to_do_instead(
+    tmp_path: Path, release_server: Path, missing: str, instead: str
+) -> None:
+    arch = host_arch()
+    publish(release_server, arch)
+    name = missing.format(arch=arch, pulumi_arch={"amd64": "x64", "arm64": "arm64"}[arch])
+    (release_server / name).unlink()
+    result = run_fetch(tmp_path, release_server)
+    assert result.returncode == 1
+    lines = [line for line in result.stderr.splitlines() if line.startswith("could not fetch ")]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("could not fetch https://github.com/") and f"/{name}: " in lines[0]
+    assert f"put {instead}" in lines[0] and "on PATH instead, or retry" in lines[0]
+    # Only what was fetched and verified stays: kind when the Pulumi CLI failed, nothing else.
+    assert left_in_tools(tmp_path) == ({"bin", "bin/kind"} if name.startswith("pulumi") else {"bin"})
+
+
+NO_STACK = "error: no stack named '$3' found"  # what `pulumi stack select` says of a missing stack
+
+
+def fake_pulumi(
+    tmp_path: Path,
+    *,
+    logged_in: bool,
+    stacks: list[str],
+    url: str = "https://app.pulumi.com/me",
+    select_error: str = NO_STACK,
+    outputs: str = "{}",
+) -> Path:
     bin_dir = tmp_path / "pulumibin"
     bin_dir.mkdir()
     log = tmp_path / "pulumi.log"
+    (tmp_path / "outputs.json").write_text(outputs)
     # `pulumi whoami --json` prints indented JSON with the backend's URL.
     whoami = f"printf '%s\\n' '{{' '  \"user\": \"me\",' '  \"url\": \"{url}\"' '}}'" if logged_in else "exit 1"
     executable(
@@ -187,9 +239,13 @@ def fake_pulumi(tmp_path: Path, *, logged_in: bool, stacks: list[str], url: str 
         f"""#!/bin/sh
 echo "$* backend=${{PULUMI_BACKEND_URL:-}} passfile=${{PULUMI_CONFIG_PASSPHRASE_FILE:-}}" >> {log}
 echo "$1 passphrase=${{PULUMI_CONFIG_PASSPHRASE:-}}" >> {log}.passphrase
+echo "$1 set=${{PULUMI_CONFIG_PASSPHRASE+yes}}" >> {log}.passphrase-set
 case "$1 $2" in
   "whoami --json") {whoami} ;;
-  "stack select") for s in {" ".join(stacks) or "none"}; do [ "$s" = "$3" ] && exit 0; done; exit 255 ;;
+  "stack select")
+    for s in {" ".join(stacks) or "none"}; do [ "$s" = "$3" ] && exit 0; done
+    echo "{select_error}" >&2; exit 255 ;;
+  "stack output") cat {tmp_path / "outputs.json"} ;;
 esac
 exit 0
 """,
@@ -270,20 +326,49 @@ def test_a_salt_made_for_another_passphrase_is_dropped_before_the_stack_is_creat
     assert stack_file.read_text() == "config:\n  gpu-tenancy:tenants: []\n"
 
 
-@pytest.mark.parametrize("kept_by", ["the passphrase file", "the user's passphrase"])
-def test_a_salt_that_may_match_the_passphrase_is_kept(tmp_path: Path, kept_by: str) -> None:
-    # State reset but the passphrase kept, or a passphrase the user chose: the salt may be theirs,
-    # and secure values in the file need it.
+def test_a_salt_left_beside_our_passphrase_file_is_dropped_when_the_stack_does_not_exist(tmp_path: Path) -> None:
+    # The passphrase file survived but the stack did not (state reset, or a salt someone committed
+    # since): with no stack and nothing `secure:` in the file, the salt serves nothing, and one
+    # made with another passphrase would fail `stack init`.
     stack_file = stack_file_with_salt(tmp_path)
-    before = stack_file.read_text()
-    env = {}
-    if kept_by == "the passphrase file":
-        (tmp_path / "project" / ".pulumi-passphrase").write_text("0" * 64)
-    else:
-        env["PULUMI_CONFIG_PASSPHRASE"] = "theirs"
+    (tmp_path / "project" / ".pulumi-passphrase").write_text("0" * 64)
     bin_dir = fake_pulumi(tmp_path, logged_in=False, stacks=[])
-    assert run_env(tmp_path, bin_dir, "dev", "pulumi", "up", **env).returncode == 0
+    result = run_env(tmp_path, bin_dir, "dev", "pulumi", "up")
+    assert result.returncode == 0, result.stderr
+    assert "dropping an encryptionsalt" in result.stderr
+    assert stack_file.read_text() == "config:\n  gpu-tenancy:tenants: []\n"
+    assert (tmp_path / "project" / ".pulumi-passphrase").read_text() == "0" * 64
+
+
+@pytest.mark.parametrize(
+    "kept_by", ["the user's passphrase", "the user's empty passphrase", "secure values", "a select error", "an existing stack"]
+)
+def test_a_salt_that_may_match_the_passphrase_is_kept(tmp_path: Path, kept_by: str) -> None:
+    # A passphrase the user chose may be the one that made the salt; secure values in the file need
+    # it; a select that failed for another reason is no proof the stack is missing.
+    stack_file = stack_file_with_salt(tmp_path)
+    env = {}
+    select_error, stacks = NO_STACK, []
+    if kept_by == "the user's passphrase":
+        env["PULUMI_CONFIG_PASSPHRASE"] = "theirs"
+    elif kept_by == "the user's empty passphrase":
+        env["PULUMI_CONFIG_PASSPHRASE"] = ""
+    else:
+        (tmp_path / "project" / ".pulumi-passphrase").write_text("0" * 64)
+    if kept_by == "secure values":
+        stack_file.write_text(stack_file.read_text() + "  gpu-tenancy:token:\n    secure: v1:abc:def\n")
+    elif kept_by == "a select error":
+        select_error = "error: failed to load checkpoint: permission denied"
+    elif kept_by == "an existing stack":
+        stacks = ["dev"]
+    before = stack_file.read_text()
+    bin_dir = fake_pulumi(tmp_path, logged_in=False, stacks=stacks, select_error=select_error)
+    result = run_env(tmp_path, bin_dir, "dev", "pulumi", "up", **env)
+    assert result.returncode == 0, result.stderr
     assert stack_file.read_text() == before
+    assert "dropping" not in result.stderr
+    if kept_by == "secure values":
+        assert "keeping its encryptionsalt for its secure: values" in result.stderr
 
 
 def test_pulumi_env_runs_on_bash_3_2() -> None:
@@ -302,11 +387,101 @@ def test_a_chosen_passphrase_is_kept(tmp_path: Path) -> None:
     assert (tmp_path / "pulumi.log").read_text().splitlines()[-1].endswith(" passfile=")
 
 
+def test_an_empty_passphrase_the_user_set_is_their_passphrase(tmp_path: Path) -> None:
+    # Pulumi's readPassphrase takes PULUMI_CONFIG_PASSPHRASE when it is set (os.LookupEnv), empty or not.
+    bin_dir = fake_pulumi(tmp_path, logged_in=False, stacks=[])
+    result = run_env(tmp_path, bin_dir, "dev", "pulumi", "up", PULUMI_CONFIG_PASSPHRASE="")
+    assert result.returncode == 0, result.stderr
+    assert not (tmp_path / "project" / ".pulumi-passphrase").exists()
+    assert (tmp_path / "pulumi.log.passphrase-set").read_text().splitlines()[-1] == "up set=yes"
+    log = (tmp_path / "pulumi.log").read_text().splitlines()
+    assert "stack init dev backend=" in "\n".join(log) and log[-1].endswith(" passfile=")
+
+
+def test_an_empty_passphrase_file_variable_is_ignored_as_pulumi_ignores_it(tmp_path: Path) -> None:
+    # readPassphrase reads PULUMI_CONFIG_PASSPHRASE_FILE only when it is not empty; without the
+    # generated file pulumi would have no passphrase at all.
+    bin_dir = fake_pulumi(tmp_path, logged_in=False, stacks=[])
+    result = run_env(tmp_path, bin_dir, "dev", "pulumi", "up", PULUMI_CONFIG_PASSPHRASE_FILE="")
+    assert result.returncode == 0, result.stderr
+    project = tmp_path / "project"
+    assert (project / ".pulumi-passphrase").exists()
+    assert (tmp_path / "pulumi.log").read_text().splitlines()[-1].endswith(f" passfile={project}/.pulumi-passphrase")
+
+
+def test_without_the_pulumi_cli_it_says_how_to_get_one(tmp_path: Path) -> None:
+    # Run by hand, .tools/bin is not on PATH; before, a missing CLI read as "not logged in" and the
+    # script created .pulumi-state and a passphrase before failing on `stack init`.
+    bin_dir = tmp_path / "nopulumi"
+    bin_dir.mkdir()
+    for tool in ("dirname", "mkdir", "head", "od", "tr", "grep", "sed", "mv"):
+        found = shutil.which(tool)
+        if found:
+            (bin_dir / tool).symlink_to(found)
+    project = tmp_path / "project"
+    (project / "scripts").mkdir(parents=True)
+    (project / "scripts" / "pulumi-env.sh").write_text(PULUMI_ENV.read_text())
+    result = subprocess.run(
+        [BASH, str(project / "scripts" / "pulumi-env.sh"), "dev", "pulumi", "up"],
+        env={"PATH": str(bin_dir), "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "the Pulumi CLI is not on PATH" in result.stderr and "make" in result.stderr and ".tools/bin" in result.stderr
+    assert sorted(path.name for path in project.iterdir()) == ["scripts"]
+
+
 def test_existing_refuses_to_create_a_stack(tmp_path: Path) -> None:
     bin_dir = fake_pulumi(tmp_path, logged_in=False, stacks=[])
     result = run_env(tmp_path, bin_dir, "--existing", "dev", "pulumi", "destroy")
     assert result.returncode == 2
     assert "no stack 'dev'" in result.stderr and "make up" in result.stderr
+    assert "stack init" not in (tmp_path / "pulumi.log").read_text()
+
+
+def test_existing_creates_no_state_directory_and_no_passphrase(tmp_path: Path) -> None:
+    # No local state: there is no stack to find, and nothing is made looking for it.
+    bin_dir = fake_pulumi(tmp_path, logged_in=False, stacks=["dev"])
+    result = run_env(tmp_path, bin_dir, "--existing", "dev", "pulumi", "destroy")
+    assert result.returncode == 2
+    assert "no stack 'dev' in this backend" in result.stderr and ".pulumi-state" in result.stderr
+    project = tmp_path / "project"
+    assert not (project / ".pulumi-state").exists() and not (project / ".pulumi-passphrase").exists()
+    assert "destroy" not in (tmp_path / "pulumi.log").read_text()
+
+
+def test_existing_generates_no_passphrase_for_a_stack_made_without_it(tmp_path: Path) -> None:
+    # The stack exists (made elsewhere, or the file was deleted): a passphrase generated now cannot be
+    # the one that made it, so none is written, and the note says what to set.
+    project = tmp_path / "project"
+    (project / ".pulumi-state").mkdir(parents=True)
+    bin_dir = fake_pulumi(tmp_path, logged_in=False, stacks=["dev"])
+    result = run_env(tmp_path, bin_dir, "--existing", "dev", "pulumi", "stack", "output")
+    assert result.returncode == 0, result.stderr
+    assert not (project / ".pulumi-passphrase").exists()
+    assert (tmp_path / "pulumi.log").read_text().splitlines()[-1].endswith(" passfile=")
+    assert "set the passphrase stack 'dev' was created with" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("pulumi_says", "we_say"),
+    [
+        ("error: no stack named 'dev' found", "no stack 'dev' in this backend"),
+        ("error: failed to load checkpoint: open .pulumi/stacks/gpu-tenancy/dev.json: permission denied", "failed"),
+    ],
+)
+def test_existing_passes_on_why_pulumi_could_not_select_the_stack(tmp_path: Path, pulumi_says: str, we_say: str) -> None:
+    (tmp_path / "project" / ".pulumi-state").mkdir(parents=True)
+    (tmp_path / "project" / ".pulumi-passphrase").write_text("0" * 64)
+    bin_dir = fake_pulumi(tmp_path, logged_in=False, stacks=[], select_error=pulumi_says)
+    result = run_env(tmp_path, bin_dir, "--existing", "dev", "pulumi", "destroy")
+    assert result.returncode == 2
+    assert we_say in result.stderr and f"  {pulumi_says}" in result.stderr.splitlines()
+    # Only a missing stack is called one.
+    assert ("no stack 'dev'" in result.stderr) == ("no stack named" in pulumi_says)
     assert "stack init" not in (tmp_path / "pulumi.log").read_text()
 
 
@@ -348,3 +523,141 @@ def test_a_logged_out_credentials_file_still_gets_the_local_backend(tmp_path: Pa
     result = run_env(tmp_path, bin_dir, "dev", "pulumi", "up")
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "project" / ".pulumi-state").is_dir()
+
+
+# --- Makefile -------------------------------------------------------------------------------------
+
+MAKE = shutil.which("make")
+needs_make = pytest.mark.skipif(MAKE is None, reason="GNU make is not installed")
+
+
+def run_make(tmp_path: Path, *args: str, path: str = "", **env: str) -> subprocess.CompletedProcess[str]:
+    """``make ARGS`` in the project, with a clean environment (no MAKEFLAGS of an enclosing make)."""
+    return subprocess.run(
+        [str(MAKE), "--no-print-directory", *args],
+        cwd=PROJECT_DIR,
+        env={"PATH": f"{path}:/usr/bin:/bin" if path else "/usr/bin:/bin", "HOME": str(tmp_path), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def fake_docker(tmp_path: Path, *, info_error: str = "") -> Path:
+    bin_dir = tmp_path / "dockerbin"
+    bin_dir.mkdir()
+    answer = f"echo '{info_error}' >&2; exit 1" if info_error else "echo 'Server Version: 28.0.0'"
+    executable(bin_dir / "docker", f'#!/bin/sh\ncase "$1" in info) {answer} ;; esac\n')
+    return bin_dir
+
+
+def readme_inotify_limits() -> dict[str, int]:
+    readme = (PROJECT_DIR / "README.md").read_text()
+    prerequisites = readme.split("## Prerequisites", 1)[1].split("\n## ", 1)[0]
+    return {key: int(value) for key, value in re.findall(r"fs\.inotify\.(max_user_\w+)=(\d+)", prerequisites)}
+
+
+def test_make_up_checks_docker_before_building_anything() -> None:
+    makefile = (PROJECT_DIR / "Makefile").read_text()
+    prerequisites = re.search(r"^up:([^#\n]*)", makefile, re.MULTILINE)
+    assert prerequisites and prerequisites[1].split()[0] == "preflight"
+
+
+@needs_make
+@pytest.mark.parametrize(
+    "error",
+    [
+        "permission denied while trying to connect to the Docker daemon socket at unix:///var/run/docker.sock",
+        "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?",
+    ],
+)
+def test_preflight_fails_when_the_docker_daemon_does_not_answer(tmp_path: Path, error: str) -> None:
+    # `command -v docker` alone let a stopped daemon or a missing docker group through to pulumi up.
+    result = run_make(tmp_path, "preflight", path=str(fake_docker(tmp_path, info_error=error)))
+    assert result.returncode != 0
+    assert f"docker info failed: {error}" in result.stderr
+    assert "systemctl start docker" in result.stderr and "docker group" in result.stderr
+
+
+@needs_make
+@pytest.mark.parametrize("limits", ["low", "enough", "absent"])
+def test_preflight_warns_below_the_readme_inotify_limits(tmp_path: Path, limits: str) -> None:
+    wanted = readme_inotify_limits()
+    assert set(wanted) == {"max_user_instances", "max_user_watches"}
+    inotify = tmp_path / "inotify"
+    if limits != "absent":  # not Linux
+        inotify.mkdir()
+        for key, want in wanted.items():
+            (inotify / key).write_text(f"{want - 1 if limits == 'low' else want}\n")
+    result = run_make(tmp_path, "preflight", f"INOTIFY_DIR={inotify}", path=str(fake_docker(tmp_path)))
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: fs.inotify.")]
+    if limits == "low":
+        assert len(warnings) == 2
+        for key, want in wanted.items():
+            assert any(f"fs.inotify.{key} is {want - 1}, below {want}" in line for line in warnings)
+            assert any(f"sudo sysctl fs.inotify.{key}={want}" in line for line in warnings)
+    else:
+        assert warnings == []
+
+
+@needs_make
+def test_make_names_a_missing_python_once(tmp_path: Path) -> None:
+    result = run_make(tmp_path, "venv", "PYTHON=python3.99-missing", f"VENV={tmp_path / 'venv'}")
+    assert result.returncode != 0
+    assert "command not found" not in result.stderr
+    assert result.stderr.count("python3.99-missing not found") == 1
+    assert "make up PYTHON=python3.12" in result.stderr
+    assert not (tmp_path / "venv").exists()
+
+
+@needs_make
+def test_make_refuses_an_old_python_naming_its_version(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "oldpython"
+    bin_dir.mkdir()
+    executable(bin_dir / "python3.10", '#!/bin/sh\ncase "$*" in *python_version*) echo 3.10.12 ;; *) exit 1 ;; esac\n')
+    result = run_make(tmp_path, "venv", "PYTHON=python3.10", f"VENV={tmp_path / 'venv'}", path=str(bin_dir))
+    assert result.returncode != 0
+    assert "Python 3.11+ is required; python3.10 is 3.10.12" in result.stderr
+    assert "make up PYTHON=python3.12" in result.stderr
+    assert not (tmp_path / "venv").exists()
+
+
+@needs_make
+def test_make_help_documents_the_variables(tmp_path: Path) -> None:
+    result = run_make(tmp_path, "help")
+    assert result.returncode == 0, result.stderr
+    lines = {line.split()[0]: line for line in result.stdout.splitlines() if line.strip()}
+    assert "STACK=dev" in lines and "PYTHON=python3" in lines and "kubeconfig" in lines
+    assert "make destroy UP_FLAGS= asks" in lines["UP_FLAGS=--yes"]
+
+
+TENANT_KUBECONFIG = "apiVersion: v1\nkind: Config\nclusters:\n- name: tenant-a\n"
+
+
+@needs_make
+@pytest.mark.skipif(not (PROJECT_DIR / ".venv" / "bin" / "python").exists(), reason="needs the project's .venv")
+@pytest.mark.parametrize("tenant", ["tenant-a", "tenant-c", ""])
+def test_make_kubeconfig_prints_a_tenants_kubeconfig_from_the_stack_outputs(tmp_path: Path, tenant: str) -> None:
+    outputs = {"tenant-a": {"kubeconfig": TENANT_KUBECONFIG}, "tenant-b": {"kubeconfig": "other"}}
+    bin_dir = fake_pulumi(tmp_path, logged_in=False, stacks=["dev"], outputs=json.dumps(outputs))
+    # A backend and passphrase of the user's own: pulumi-env.sh creates nothing in the project.
+    env = {"PULUMI_BACKEND_URL": f"file://{tmp_path}/state", "PULUMI_CONFIG_PASSPHRASE": "x"}
+    result = run_make(tmp_path, "kubeconfig", f"TENANT={tenant}", f"TOOLS={tmp_path}/no-tools", path=str(bin_dir), **env)
+    if tenant == "tenant-a":
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == TENANT_KUBECONFIG
+        log = (tmp_path / "pulumi.log").read_text()
+        assert "stack output tenants --show-secrets --json --stack dev" in log
+    elif tenant:
+        assert result.returncode != 0 and result.stdout == ""
+        assert "no tenant 'tenant-c' in the stack outputs; tenants: tenant-a, tenant-b" in result.stderr
+    else:
+        assert result.returncode != 0 and "usage: make kubeconfig TENANT=<name>" in result.stderr
+
+
+def test_pytest_reports_why_tests_skip() -> None:
+    # CI's fresh clone has no ../shared/schemas: the fidelity tests skip, and the summary says why.
+    addopts = tomllib.loads((PROJECT_DIR / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
+    assert "-rs" in addopts.split()
