@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
-
 import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
@@ -16,19 +14,17 @@ from .worker_machine import WorkerMachine
 # A token outlives its join only long enough to retry one; the kubelet has certificates after.
 TOKEN_TTL_HOURS = 24
 BOOTSTRAP_READER = "gpu-tenancy:bootstrap-config-reader"
-NODE_SELF_DELETE = "gpu-tenancy:node-self-delete"
-# Kubernetes puts every kubelet's credentials in this group.
-NODES_GROUP = "system:nodes"
 
 
-def leave_script(node: str) -> str:
-    """Leave the tenant cleanly when the worker goes: the node deletes its own Node object with its
-    own credentials (JoinPermissions grants the delete, NodeRestriction limits it to itself), then
-    resets kubeadm's state."""
-    return (
-        f"kubectl --kubeconfig /etc/kubernetes/kubelet.conf delete node {shlex.quote(node)} --wait=false || true; "
-        "kubeadm reset --force"
-    )
+def leave_script() -> str:
+    """Undo the join on the machine when the worker goes.
+
+    The Node object stays in the tenant, NotReady: a kubelet may not delete its Node (the Node
+    authorizer never allows it, and Kubernetes withdrew node self-deletion on purpose: a node that
+    deletes and re-registers itself sheds the taints an admin set, kubernetes/kubernetes#71021,
+    CVE-2025-5187), and this machine must not hold the tenant's admin credentials.
+    """
+    return "kubeadm reset --force"
 
 
 class JoinPermissions(pulumi.ComponentResource):
@@ -37,10 +33,6 @@ class JoinPermissions(pulumi.ComponentResource):
     kubeadm 1.36 reads ``kube-system/kubeadm-config`` and ``kubelet-config`` with the bootstrap
     token; a public Kamaji 26.8 + v1.36.4 lab found no RBAC granting it (see README, joins). One
     Role with ``get`` on exactly those two names, bound to kubeadm's node-token group.
-
-    A leaving worker deletes its own Node; the Node authorizer never allows a delete, so a
-    ClusterRole grants it to the nodes group, and the NodeRestriction admission plugin (enabled on
-    every TCP) refuses any node but the caller's own.
     """
 
     def __init__(self, name: str, provider: k8s.Provider, opts: pulumi.ResourceOptions | None = None) -> None:
@@ -68,21 +60,6 @@ class JoinPermissions(pulumi.ComponentResource):
             subjects=[
                 k8s.rbac.v1.SubjectArgs(api_group="rbac.authorization.k8s.io", kind="Group", name=kubeadm.NODE_BOOTSTRAP_GROUP)
             ],
-            opts=pulumi.ResourceOptions(parent=self),
-        )
-        leave = k8s.rbac.v1.ClusterRole(
-            f"{name}-node-self-delete",
-            metadata={"name": NODE_SELF_DELETE},
-            rules=[k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["nodes"], verbs=["delete"])],
-            opts=pulumi.ResourceOptions(parent=self),
-        )
-        self.leave_binding = k8s.rbac.v1.ClusterRoleBinding(
-            f"{name}-node-self-delete",
-            metadata={"name": NODE_SELF_DELETE},
-            role_ref=k8s.rbac.v1.RoleRefArgs(
-                api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=leave.metadata["name"]
-            ),
-            subjects=[k8s.rbac.v1.SubjectArgs(api_group="rbac.authorization.k8s.io", kind="Group", name=NODES_GROUP)],
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({})
@@ -156,11 +133,8 @@ class WorkerJoin(pulumi.ComponentResource):
                 conventions.ENV_TOKEN_EXPIRES: expiry.rfc3339,
             },
             secrets={conventions.ENV_JOIN_TOKEN: token},
-            delete=leave_script(machine.hostname),
+            delete=leave_script(),
             triggers=[token, endpoint],
-            # The leave (the delete) needs the self-delete binding, so it goes after the join.
-            opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[token_secret_resource, permissions.binding, permissions.leave_binding]
-            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[token_secret_resource, permissions.binding]),
         )
         self.register_outputs({})
