@@ -5,6 +5,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_command as command
 import pulumi_kubernetes as k8s
+import pulumi_random as random
 import yaml
 
 # kind puts every node on this docker network (KIND_EXPERIMENTAL_DOCKER_NETWORK aside); tenant
@@ -16,16 +17,22 @@ _KIND_ENVIRONMENT = """unset KIND_EXPERIMENTAL_PROVIDER
 export KIND_EXPERIMENTAL_DOCKER_NETWORK=kind
 """
 
-# Which stack a cluster belongs to, in a file on its node, written once `kind create` has
-# succeeded. Only such a cluster is adopted (a create that was interrupted, or whose kubeconfig
-# read failed, is retried by the next `pulumi up`) and only such a cluster is deleted: a `kamaji`
-# cluster made by hand, e.g. by Kamaji's own kind guide, is the user's. `docker cp` reads it from
-# a stopped node too.
+# Which stack a cluster belongs to: a file on its node holding a UUID the stack keeps in its state
+# (not the stack's name, which two checkouts with their own local backends share, and which a
+# `pulumi stack rename` changes). It is written once `kind create` has succeeded, or when this
+# stack's own command is updated (its state then holds the cluster's kubeconfig). Only such a
+# cluster is adopted (a create that was interrupted, or whose kubeconfig read failed, is retried by
+# the next `pulumi up`) and only such a cluster is deleted: a `kamaji` cluster made by hand, e.g. by
+# Kamaji's own kind guide, is the user's. `docker cp` reads the file from a stopped node too.
 OWNER_FILE = "/kind/gpu-tenancy-owner"
-_OWNER = (
-    'node="$KIND_CLUSTER-control-plane"\n'
-    f'owner="$(docker cp "$node:{OWNER_FILE}" - 2>/dev/null | tar -xOf - 2>/dev/null || true)"\n'
-)
+_READ_OWNER = f'docker cp "$node:{OWNER_FILE}" - | tar -xOf -'
+_MARK = f"""printf '%s\\n' "$KIND_OWNER" | docker exec -i "$node" sh -c 'cat > {OWNER_FILE}'"""
+# `kind get clusters` fails when docker does not answer: that must stop the script, not read as
+# "no such cluster".
+_LIST = """clusters="$(kind get clusters)"
+node="$KIND_CLUSTER-control-plane"
+"""
+_EXISTS = 'printf \'%s\\n\' "$clusters" | grep -qx "$KIND_CLUSTER"'
 
 # Pulumi reaches every tenant API server at its MetalLB VIP on the kind network, so this machine must
 # route to container addresses: not so with a remote engine (kind's kubeconfig would point at
@@ -50,46 +57,52 @@ fi
 # The kubeconfig goes to stdout and kind's progress to stderr. kind is pointed at a throwaway
 # kubeconfig so the user's ~/.kube/config and current context are left alone.
 _CREATE = (
-    """set -eu
-"""
+    "set -eu\n"
     + _KIND_ENVIRONMENT
     + """kubeconfig="$(mktemp)"
 trap 'rm -f "$kubeconfig"' EXIT
 """
-    + _OWNER
     + _LOCAL_ROOTFUL_ENGINE
-    + """if kind get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER"; then
+    + _LIST
+    + f"""if {_EXISTS}; then
+  if [ -n "${{PULUMI_COMMAND_STDOUT:-}}" ]; then
+    # An update of this stack's own command: its state holds this cluster's kubeconfig.
+    {_MARK}
+  fi
+  owner="$(docker cp "$node:{OWNER_FILE}" - 2>/dev/null | tar -xOf - 2>/dev/null || true)"
   if [ "$owner" != "$KIND_OWNER" ]; then
-    echo "error: a kind cluster named $KIND_CLUSTER exists but stack $KIND_OWNER did not create it" \\
-      "(its owner: ${owner:-none, or its creation never finished}). Delete it with" \\
+    echo "error: a kind cluster named $KIND_CLUSTER exists but this stack did not create it" \\
+      "(its owner: ${{owner:-none, or its creation never finished}}). Delete it with" \\
       "'kind delete cluster --name $KIND_CLUSTER', or set gpu-tenancy:management.name to another name." >&2
     exit 1
   fi
-  echo "kind cluster $KIND_CLUSTER already exists and belongs to $KIND_OWNER; adopting it" >&2
+  echo "kind cluster $KIND_CLUSTER already exists and belongs to this stack; adopting it" >&2
 else
   kind create cluster --name "$KIND_CLUSTER" --config - --kubeconfig "$kubeconfig" --wait 5m >&2
-"""
-    + f"""  printf '%s\\n' "$KIND_OWNER" | docker exec -i "$node" sh -c 'cat > {OWNER_FILE}'
-"""
-    + """fi
+  {_MARK}
+fi
 kind get kubeconfig --name "$KIND_CLUSTER"
 """
 )
 
 _DELETE = (
-    """set -eu
-"""
+    "set -eu\n"
     + _KIND_ENVIRONMENT
     + """kubeconfig="$(mktemp)"
 trap 'rm -f "$kubeconfig"' EXIT
-if ! kind get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER"; then
+"""
+    + _LIST
+    + f"""if ! {_EXISTS}; then
   echo "kind cluster $KIND_CLUSTER is already gone" >&2
   exit 0
 fi
-"""
-    + _OWNER
-    + """if [ "$owner" != "$KIND_OWNER" ]; then
-  echo "warning: kind cluster $KIND_CLUSTER does not belong to $KIND_OWNER (its owner: ${owner:-none}); leaving it" >&2
+if ! owner="$({_READ_OWNER})"; then
+  echo "error: cannot read which stack kind cluster $KIND_CLUSTER belongs to ($node:{OWNER_FILE});" \\
+    "if it is this stack's, delete it with 'kind delete cluster --name $KIND_CLUSTER' and run destroy again" >&2
+  exit 1
+fi
+if [ "$owner" != "$KIND_OWNER" ]; then
+  echo "warning: kind cluster $KIND_CLUSTER belongs to another stack (its owner: $owner); leaving it" >&2
   exit 0
 fi
 kind delete cluster --name "$KIND_CLUSTER" --kubeconfig "$kubeconfig"
@@ -125,19 +138,20 @@ class KindCluster(pulumi.ComponentResource):
 
     def __init__(self, name: str, cluster_name: str, node_image: str, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpu-tenancy:management:KindCluster", name, None, opts)
+        owner = random.RandomUuid(f"{name}-kind-owner", opts=pulumi.ResourceOptions(parent=self))
         cluster = command.local.Command(
             f"{name}-kind-cluster",
             create=_CREATE,
             delete=_DELETE,
             stdin=kind_config(node_image),
-            environment={"KIND_CLUSTER": cluster_name, "KIND_OWNER": f"{pulumi.get_project()}/{pulumi.get_stack()}"},
+            environment={"KIND_CLUSTER": cluster_name, "KIND_OWNER": owner.result},
             logging=command.local.Logging.STDERR,
             opts=pulumi.ResourceOptions(
                 parent=self,
                 additional_secret_outputs=["stdout"],
-                # A new node image or name is a new cluster; kind cannot change one in place.
-                # (A new owner too: a renamed stack takes its cluster by replacing it.)
-                replace_on_changes=["stdin", "environment"],
+                # A new node image or name is a new cluster; kind cannot change one in place. A
+                # new owner is an update: the create script then marks the cluster it has.
+                replace_on_changes=["stdin", "environment.KIND_CLUSTER"],
                 delete_before_replace=True,
             ),
         )

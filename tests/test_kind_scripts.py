@@ -14,7 +14,7 @@ import pytest
 from components import kind_cluster
 from tests.shell import assert_valid_machine_script, executable
 
-OWNER = "gpu-tenancy/dev"
+OWNER = "6f1c2d3e-0000-4000-8000-00000000abcd"  # the stack's RandomUuid
 
 
 def run(
@@ -26,6 +26,8 @@ def run(
     security: str = '["name=seccomp,profile=builtin"]',
     context: str = "unix:///var/run/docker.sock",
     docker_host: str | None = None,
+    previous_stdout: str | None = None,
+    docker_down: bool = False,
 ) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     """Run ``script`` with a cluster ``kamaji`` that ``exists`` and whose node holds ``owner``."""
     state, bin_dir = tmp_path / "state", tmp_path / "bin"
@@ -41,7 +43,8 @@ def run(
         f"""#!/bin/sh
 echo "kind $* provider=${{KIND_EXPERIMENTAL_PROVIDER:-}} network=${{KIND_EXPERIMENTAL_DOCKER_NETWORK:-}}" >> "{log}"
 case "$1 $2" in
-  "get clusters") cat "{state}/clusters" 2>/dev/null || true ;;
+  "get clusters") {"echo 'failed to list clusters: Cannot connect to the Docker daemon' >&2; exit 1" if docker_down else ""}
+    cat "{state}/clusters" 2>/dev/null || true ;;
   "create cluster") cat > "{state}/config"; echo kamaji >> "{state}/clusters" ;;
   "get kubeconfig") echo "apiVersion: v1" ;;
 esac""",
@@ -68,6 +71,8 @@ esac""",
     }
     if docker_host is not None:
         env["DOCKER_HOST"] = docker_host
+    if previous_stdout is not None:  # pulumi-command sets it when it updates or deletes a command it ran
+        env["PULUMI_COMMAND_STDOUT"] = previous_stdout
     result = subprocess.run(
         ["sh", "-c", script], input="kind: Cluster\n", env=env, capture_output=True, text=True, timeout=30, check=False
     )
@@ -99,11 +104,11 @@ def test_this_stacks_cluster_is_adopted_without_a_second_create(tmp_path: Path) 
     assert result.stdout == "apiVersion: v1\n"
 
 
-@pytest.mark.parametrize("owner", [None, "gpu-tenancy/prod"])
+@pytest.mark.parametrize("owner", [None, "0a0b0c0d-1111-4111-8111-000000000000"])
 def test_a_cluster_of_someone_else_or_of_an_unfinished_create_is_refused(tmp_path: Path, owner: str | None) -> None:
     result, log = run(kind_cluster._CREATE, tmp_path, exists=True, owner=owner)
     assert result.returncode == 1
-    assert "a kind cluster named kamaji exists but stack gpu-tenancy/dev did not create it" in result.stderr
+    assert "a kind cluster named kamaji exists but this stack did not create it" in result.stderr
     assert "kind delete cluster --name kamaji" in result.stderr
     assert f"its owner: {owner or 'none, or its creation never finished'}" in result.stderr
     assert not [line for line in log if line.startswith(("kind create", "kind get kubeconfig"))]
@@ -115,12 +120,35 @@ def test_destroy_deletes_this_stacks_cluster(tmp_path: Path) -> None:
     assert any(line.startswith("kind delete cluster --name kamaji") and line.endswith("network=kind") for line in log)
 
 
-@pytest.mark.parametrize("owner", [None, "gpu-tenancy/prod"])
-def test_destroy_leaves_a_cluster_it_does_not_own(tmp_path: Path, owner: str | None) -> None:
-    result, log = run(kind_cluster._DELETE, tmp_path, exists=True, owner=owner)
+def test_destroy_leaves_a_cluster_of_another_stack(tmp_path: Path) -> None:
+    result, log = run(kind_cluster._DELETE, tmp_path, exists=True, owner="0a0b0c0d-1111-4111-8111-000000000000")
     assert result.returncode == 0
-    assert "does not belong to gpu-tenancy/dev; leaving it" in result.stderr.replace(f" (its owner: {owner or 'none'})", "")
+    assert "belongs to another stack" in result.stderr and "leaving it" in result.stderr
     assert not [line for line in log if line.startswith("kind delete")]
+
+
+def test_destroy_stops_when_it_cannot_tell_whose_cluster_it_is(tmp_path: Path) -> None:
+    # Dropping a live cluster from the state silently would leak it and what it holds.
+    result, log = run(kind_cluster._DELETE, tmp_path, exists=True, owner=None)
+    assert result.returncode == 1
+    assert "cannot read which stack kind cluster kamaji belongs to" in result.stderr
+    assert not [line for line in log if line.startswith("kind delete")]
+
+
+@pytest.mark.parametrize("script", ["create", "delete"])
+def test_a_docker_that_does_not_answer_is_not_a_missing_cluster(tmp_path: Path, script: str) -> None:
+    result, log = run(getattr(kind_cluster, f"_{script.upper()}"), tmp_path, exists=True, owner=OWNER, docker_down=True)
+    assert result.returncode != 0
+    assert "already gone" not in result.stderr
+    assert not [line for line in log if line.startswith(("kind create", "kind delete"))]
+
+
+def test_an_update_of_this_stacks_command_marks_the_cluster_it_already_has(tmp_path: Path) -> None:
+    # A stack whose cluster predates the owner file (or whose owner changed) updates, never replaces.
+    result, log = run(kind_cluster._CREATE, tmp_path, exists=True, owner=None, previous_stdout="apiVersion: v1\n")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "state" / "gpu-tenancy-owner").read_text() == f"{OWNER}\n"
+    assert not [line for line in log if line.startswith("kind create")]
 
 
 def test_destroy_of_a_cluster_already_gone_succeeds_without_kind_delete(tmp_path: Path) -> None:

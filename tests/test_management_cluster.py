@@ -13,8 +13,14 @@ L2 = "kubernetes:metallb.io/v1beta1:L2Advertisement"
 
 def test_kind_cluster_is_created_from_config_on_stdin_and_deleted_on_destroy(dev: harness.Render) -> None:
     kind = dev.one(COMMAND, "gpu-tenancy-management-kind-cluster")["inputs"]
-    # The owner marks the cluster as this stack's, so destroy never deletes someone else's.
-    assert kind["environment"] == {"KIND_CLUSTER": "kamaji", "KIND_OWNER": "gpu-tenancy/dev"}
+    # The owner (a UUID kept in the stack's state) marks the cluster as this stack's, so destroy
+    # never deletes someone else's; only a new name or node image replaces the cluster.
+    owner = dev.one("random:index/randomUuid:RandomUuid", "gpu-tenancy-management-kind-owner")
+    assert owner["urn"] in dev.one(COMMAND, "gpu-tenancy-management-kind-cluster")["dependencies"]
+    assert set(kind["environment"]) == {"KIND_CLUSTER", "KIND_OWNER"} and kind["environment"]["KIND_CLUSTER"] == "kamaji"
+    assert len(kind["environment"]["KIND_OWNER"]) == 36
+    options = dev.one(COMMAND, "gpu-tenancy-management-kind-cluster")["options"]
+    assert options["replaceOnChanges"] == ["stdin", "environment.KIND_CLUSTER", "triggers[*]"]
     assert 'kind create cluster --name "$KIND_CLUSTER" --config - ' in kind["create"]
     assert 'kind delete cluster --name "$KIND_CLUSTER"' in kind["delete"]
     config = yaml.safe_load(kind["stdin"])

@@ -21,6 +21,7 @@ import gc
 import heapq
 import json
 import runpy
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -209,6 +210,9 @@ class _Cloud(pulumi_mocks.Mocks):
             "super-admin.conf": _b64(mock_cloud.kubeconfig(tenant, server, user="kubernetes-super-admin")),
         }
         return {"metadata": {"name": name, "namespace": namespace}, "data": data}
+
+    def _RandomUuid(self, args: pulumi_mocks.MockResourceArgs) -> dict:
+        return {"result": str(uuid.uuid5(uuid.NAMESPACE_URL, f"gpu-tenancy:{args.name}"))}
 
     def _RandomString(self, args: pulumi_mocks.MockResourceArgs) -> dict:
         return {"result": mock_cloud.random_string(args.name, args.inputs)}
