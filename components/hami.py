@@ -90,9 +90,12 @@ class Hami(pulumi.ComponentResource):
             if quota.namespace != "default":
                 namespace = k8s.core.v1.Namespace(
                     # Not named after the namespace: tenant a's b-jobs and tenant a-b's jobs would collide.
+                    # The alias keeps the namespace of a stack made under the old name.
                     f"{name}-quota-namespace",
                     metadata={"name": quota.namespace},
-                    opts=namespace_opts,
+                    opts=pulumi.ResourceOptions.merge(
+                        namespace_opts, pulumi.ResourceOptions(aliases=[pulumi.Alias(name=f"{name}-{quota.namespace}")])
+                    ),
                 )
                 namespace_opts = pulumi.ResourceOptions(parent=self, depends_on=[namespace])
             k8s.core.v1.ResourceQuota(

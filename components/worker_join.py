@@ -101,7 +101,11 @@ class WorkerJoin(pulumi.ComponentResource):
             keepers=keepers,
             opts=pulumi.ResourceOptions(parent=self, additional_secret_outputs=["result"]),
         )
-        expiry = time.Offset(f"{name}-token-expiry", offset_hours=TOKEN_TTL_HOURS, triggers=keepers, opts=child)
+        # A new token id (the machine, the endpoint, or `--replace` of the id when a join comes too
+        # late for the old token) gets a new expiry too.
+        expiry = time.Offset(
+            f"{name}-token-expiry", offset_hours=TOKEN_TTL_HOURS, triggers={**keepers, "token": token_id.result}, opts=child
+        )
         secret_value = pulumi.Output.secret(token_secret.result)
         token = pulumi.Output.secret(pulumi.Output.concat(token_id.result, ".", secret_value))
         token_secret_resource = k8s.core.v1.Secret(

@@ -47,9 +47,10 @@ _IMAGE = re.compile(
 _RESERVED_TENANT_NAMES: Final = ("default", "cert-manager", "metallb-system", "kamaji-system", "local-path-storage")
 # A quota namespace is created in the tenant; these exist already or belong to its charts.
 _RESERVED_QUOTA_NAMESPACES: Final = ("tigera-operator", "calico-system", "calico-apiserver")
-# Helm names a release at most 53 characters, and a StatefulSet's pods carry a label of its name
-# plus an 11-character revision hash (at most 63): `<tenant>-etcd` of a dedicated datastore.
-_MAX_DEDICATED_TENANT_NAME: Final = 47
+# A dedicated datastore is the kamaji-etcd release `<tenant>-etcd`, whose pre-delete hook Job is
+# `<release>-etcd-teardown` (clastix/kamaji-etcd:charts/kamaji-etcd/templates/etcd_job_postdelete.yaml);
+# a Job's name becomes a pod label, at most 63 characters.
+_MAX_DEDICATED_TENANT_NAME: Final = 44
 # kind names the node container `<cluster>-control-plane`, which becomes the node's hostname label
 # (at most 63 characters).
 _MAX_KIND_CLUSTER_NAME: Final = 49
@@ -133,10 +134,15 @@ def _pod_cidr(value: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
 
 def _service_cidr(value: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
     _routable(value)
-    # kube-apiserver takes at most 20 bits of service addresses; Kamaji puts CoreDNS on the 10th.
-    if not 12 <= value.prefixlen <= 28:
-        raise ValueError(f"{value} must be between a /12 (the API server's largest) and a /28 (CoreDNS takes the 10th address)")
+    # Kamaji puts CoreDNS on the 10th address.
+    if value.prefixlen > 28:
+        raise ValueError(f"{value} is smaller than a /28: Kamaji gives CoreDNS its 10th address")
     return value
+
+
+# Before the ServiceCIDR allocator became the only one (v1.35), kube-apiserver refused a service
+# range of more than 20 bits.
+_LEGACY_SERVICE_ALLOCATOR_BEFORE: Final = (1, 35)
 
 
 def _routable(value: ipaddress.IPv4Network) -> None:
@@ -289,8 +295,7 @@ class Network(_Model):
 
 class Gpu(_Model):
     model: str
-    # The largest GPU servers hold 16 cards.
-    count: StrictInt = Field(1, ge=1, le=16)
+    count: StrictInt = Field(1, ge=1)
 
     @model_validator(mode="after")
     def _known_model(self) -> Gpu:
@@ -310,10 +315,22 @@ class SshTarget(_Model):
     host_key: NonBlank | None = None
 
 
+# The largest GPU servers hold 16 cards; the bound also keeps validation from building millions of
+# card models for a typo.
+MAX_CARDS_PER_WORKER: Final = 16
+
+
 class Worker(_Model):
     name: HostLabel
     gpus: list[Gpu] = []
     ssh: SshTarget | None = None
+
+    @model_validator(mode="after")
+    def _cards_on_one_machine(self) -> Worker:
+        total = sum(gpu.count for gpu in self.gpus)
+        if total > MAX_CARDS_PER_WORKER:
+            raise ValueError(f"gpus declare {total} cards on one worker; a machine holds at most {MAX_CARDS_PER_WORKER}")
+        return self
 
     @cached_property
     def cards(self) -> list[gpus.Card]:
@@ -343,6 +360,15 @@ class Tenant(_Model):
     data_store: Annotated[str, AfterValidator(_data_store)] = "shared"
     # mock: HAMi's mock device plugin advertises the declared cards; nvidia: the real plugin.
     gpu_mode: Literal["mock", "nvidia"] = "mock"
+
+    @model_validator(mode="after")
+    def _service_range_for_the_version(self) -> Tenant:
+        if kubernetes_minor(self.kubernetes_version) < _LEGACY_SERVICE_ALLOCATOR_BEFORE and self.service_cidr.prefixlen < 12:
+            raise ValueError(
+                f"serviceCidr {self.service_cidr} is larger than a /12, the most kube-apiserver "
+                f"{self.kubernetes_version} takes (v1.35 lifts the limit)"
+            )
+        return self
 
     @property
     def cards(self) -> list[gpus.Card]:

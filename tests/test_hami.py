@@ -60,4 +60,6 @@ def test_quota_in_its_own_namespace() -> None:
     assert quota["inputs"]["metadata"] == {"name": "gpu-quota", "namespace": "ml"}
     namespace = render.one("kubernetes:core/v1:Namespace", "tenant-b-quota-namespace")
     assert namespace["inputs"]["metadata"]["name"] == "ml"
+    # Stacks made before the rename keep their namespace: its old Pulumi name is an alias.
+    assert namespace["options"]["aliases"] == ["tenant-b-ml"]
     assert namespace["urn"] in quota["dependencies"]

@@ -120,6 +120,10 @@ def test_token_is_never_in_plain_text(dev: harness.Render) -> None:
     assert random_secret["inputs"]["length"] == 16
 
 
+def token_id_value(render: harness.Render) -> str:
+    return token_secret(render, "tenant-a-worker-0")["inputs"]["metadata"]["name"].removeprefix("bootstrap-token-")
+
+
 def test_token_lives_in_state_and_changes_only_with_the_machine_or_endpoint(dev: harness.Render) -> None:
     # A re-join more than a day later (a new endpoint) must not present a token the tokencleaner removed.
     container = dev.one(CONTAINER, "tenant-a-worker-0")
@@ -131,7 +135,10 @@ def test_token_lives_in_state_and_changes_only_with_the_machine_or_endpoint(dev:
         assert container["urn"] in token["dependencies"]
     expiry = dev.one("time:index/offset:Offset", "tenant-a-worker-0-token-expiry")
     assert expiry["inputs"]["offsetHours"] == 24
-    assert expiry["inputs"]["triggers"] == keepers
+    # A replaced token id (the way out of a join that came after the expiry) gets a new expiry too.
+    token_id = dev.one("random:index/randomString:RandomString", "tenant-a-worker-0-token-id")
+    assert expiry["inputs"]["triggers"] == {**keepers, "token": token_id_value(dev)}
+    assert token_id["urn"] in expiry["dependencies"]
 
 
 def _der_element(data: bytes, offset: int) -> tuple[int, int, int]:

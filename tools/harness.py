@@ -292,7 +292,12 @@ _LIFECYCLE_OPTIONS = ("protect", "retainOnDelete", "deleteBeforeReplace", "repla
 
 
 def _lifecycle_options(request: Any) -> dict[str, Any]:
-    found = {}
+    found: dict[str, Any] = {}
+    # Aliases as the SDK sends them to a monitor that takes alias specs: the old names.
+    aliases = [alias.spec.name for alias in getattr(request, "aliases", []) if alias.HasField("spec") and alias.spec.name]
+    aliases += list(getattr(request, "aliasURNs", []))
+    if aliases:
+        found["aliases"] = aliases
     for option in _LIFECYCLE_OPTIONS:
         value = getattr(request, option, None)
         if value:
