@@ -140,9 +140,10 @@ def _service_cidr(value: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
     return value
 
 
-# Before the ServiceCIDR allocator became the only one (v1.35), kube-apiserver refused a service
-# range of more than 20 bits.
-_LEGACY_SERVICE_ALLOCATOR_BEFORE: Final = (1, 35)
+# kube-apiserver refuses a service range of more than 20 bits while its legacy bitmap allocator still
+# runs: unless MultiCIDRServiceAllocator (on from v1.33) and DisableAllocatorDualWrite (on by
+# default from v1.34) are both enabled (cmd/kube-apiserver/app/options/validation.go).
+_LEGACY_SERVICE_ALLOCATOR_BEFORE: Final = (1, 34)
 
 
 def _routable(value: ipaddress.IPv4Network) -> None:
@@ -366,7 +367,7 @@ class Tenant(_Model):
         if kubernetes_minor(self.kubernetes_version) < _LEGACY_SERVICE_ALLOCATOR_BEFORE and self.service_cidr.prefixlen < 12:
             raise ValueError(
                 f"serviceCidr {self.service_cidr} is larger than a /12, the most kube-apiserver "
-                f"{self.kubernetes_version} takes (v1.35 lifts the limit)"
+                f"{self.kubernetes_version} takes (v1.34 lifts the limit)"
             )
         return self
 

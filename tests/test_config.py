@@ -393,14 +393,16 @@ def test_cidr_sizes_and_ranges_kubernetes_accepts(key: str, cidr: str, expected:
     assert expected in problem_at(raw, f"tenants[0].{key}")
 
 
-def test_a_service_range_beyond_a_12_needs_kubernetes_1_35() -> None:
-    # Before v1.35 kube-apiserver's legacy allocator took at most 20 bits; the ServiceCIDR one has no such bound.
+def test_a_service_range_beyond_a_12_needs_kubernetes_1_34() -> None:
+    # Before v1.34 kube-apiserver's legacy allocator took at most 20 bits; the ServiceCIDR one has no such bound.
     raw = dev_config()
     raw["tenants"][0]["serviceCidr"] = "10.64.0.0/10"
     raw["tenants"][0]["podCidr"] = "10.200.0.0/16"
     assert StackConfig.load(raw)
     raw["tenants"][0]["kubernetesVersion"] = "v1.34.3"
-    assert "larger than a /12, the most kube-apiserver v1.34.3 takes" in problem_at(raw, "tenants[0]")
+    assert StackConfig.load(raw)
+    raw["tenants"][0]["kubernetesVersion"] = "v1.33.7"
+    assert "larger than a /12, the most kube-apiserver v1.33.7 takes" in problem_at(raw, "tenants[0]")
 
 
 def test_a_worker_holds_at_most_16_cards_however_they_are_listed() -> None:
