@@ -2,12 +2,37 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.constructor import ConstructorError
 
 from .config import CONFIG_NAMESPACE, ConfigError, StackConfig, misspelt_namespaces
+
+
+class _StackFileLoader(yaml.SafeLoader):
+    """YAML as the Pulumi CLI reads a stack file (Go's yaml.v3): only true and false are booleans
+    (``name: on`` or ``namespace: no`` stay strings, where YAML 1.1 would make them booleans) and a
+    key given twice is an error rather than the last one silently winning."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise ConstructorError(None, None, f"found the key {key!r} twice", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+_BOOL = "tag:yaml.org,2002:bool"
+_StackFileLoader.yaml_implicit_resolvers = {
+    first: [(tag, pattern) for tag, pattern in resolvers if tag != _BOOL]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_StackFileLoader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 
 
 def read_stack_file(path: Path) -> tuple[dict[str, Any], list[str]]:
@@ -17,7 +42,7 @@ def read_stack_file(path: Path) -> tuple[dict[str, Any], list[str]]:
     are reported so callers can mark them secret as the engine would.
     """
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        document = yaml.load(path.read_text(encoding="utf-8"), Loader=_StackFileLoader) or {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
         raise ConfigError([("", f"cannot read {path}: {' '.join(str(error).split())}")]) from None
     config = document.get("config") if isinstance(document, dict) else None

@@ -128,6 +128,22 @@ def test_cli_exits_2_on_a_file_that_is_no_stack_file(tmp_path: Path, content: by
     assert "Traceback" not in result.stderr
 
 
+def test_stack_files_are_read_as_the_pulumi_cli_reads_them(tmp_path: Path) -> None:
+    # Go's yaml.v3: on/no/yes/off are strings, only true/false are booleans; a repeated key is an error.
+    from gpu_tenancy.stack_file import read_stack_file  # noqa: PLC0415
+
+    stack = tmp_path / "Pulumi.words.yaml"
+    stack.write_text("config:\n  gpu-tenancy:tenants:\n    - name: on\n      quota: {gpumem: 0, gpucores: 0, namespace: no}\n")
+    values, _ = read_stack_file(stack)
+    assert values["gpu-tenancy:tenants"] == [{"name": "on", "quota": {"gpumem": 0, "gpucores": 0, "namespace": "no"}}]
+    stack.write_text("config:\n  x:\n    a: true\n    b: False\n")
+    assert read_stack_file(stack)[0]["gpu-tenancy:x"] == {"a": True, "b": False}
+    stack.write_text("config:\n  gpu-tenancy:tenants: [{name: a}]\n  gpu-tenancy:tenants: [{name: b}]\n")
+    result = run_cli("--config", str(stack))
+    assert result.returncode == 2
+    assert "found the key 'gpu-tenancy:tenants' twice" in result.stderr
+
+
 def test_the_program_refuses_a_misspelt_namespace_too() -> None:
     # The engine hands the program every key; a misspelt namespace is not silently ignored.
     with pytest.raises(harness.RenderError, match="did you mean gpu-tenancy:tenants"):
