@@ -90,7 +90,8 @@ class Hami(pulumi.ComponentResource):
             if quota.namespace != "default":
                 namespace = k8s.core.v1.Namespace(
                     # Not named after the namespace: tenant a's b-jobs and tenant a-b's jobs would collide.
-                    # The alias keeps the namespace of a stack made under the old name.
+                    # The alias keeps the namespace of a stack made under the old name (whose names
+                    # could collide: such a stack cannot add the colliding tenant).
                     f"{name}-quota-namespace",
                     metadata={"name": quota.namespace},
                     opts=pulumi.ResourceOptions.merge(

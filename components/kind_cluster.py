@@ -19,20 +19,24 @@ export KIND_EXPERIMENTAL_DOCKER_NETWORK=kind
 
 # Which stack a cluster belongs to: a file on its node holding a UUID the stack keeps in its state
 # (not the stack's name, which two checkouts with their own local backends share, and which a
-# `pulumi stack rename` changes). It is written once `kind create` has succeeded, or when this
-# stack's own command is updated (its state then holds the cluster's kubeconfig). Only such a
+# `pulumi stack rename` changes). It is written once `kind create` has succeeded, or on an update of
+# this stack's own command when the live cluster is the one its state knows (same CA). Only such a
 # cluster is adopted (a create that was interrupted, or whose kubeconfig read failed, is retried by
 # the next `pulumi up`) and only such a cluster is deleted: a `kamaji` cluster made by hand, e.g. by
-# Kamaji's own kind guide, is the user's. `docker cp` reads the file from a stopped node too.
+# Kamaji's own kind guide, is the user's. `docker cp` copies the file from a stopped node too.
 OWNER_FILE = "/kind/gpu-tenancy-owner"
-_READ_OWNER = f'docker cp "$node:{OWNER_FILE}" - | tar -xOf -'
+_COPY_OWNER = f'docker cp "$node:{OWNER_FILE}" "$scratch/owner"'
 _MARK = f"""printf '%s\\n' "$KIND_OWNER" | docker exec -i "$node" sh -c 'cat > {OWNER_FILE}'"""
 # `kind get clusters` fails when docker does not answer: that must stop the script, not read as
-# "no such cluster".
-_LIST = """clusters="$(kind get clusters)"
+# "no such cluster". Scratch files (kind's throwaway kubeconfig, the owner file) go when it ends.
+_START = """scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+clusters="$(kind get clusters)"
 node="$KIND_CLUSTER-control-plane"
 """
 _EXISTS = 'printf \'%s\\n\' "$clusters" | grep -qx "$KIND_CLUSTER"'
+# The CA line of a kubeconfig: a cluster's identity, new with every `kind create`.
+_CA = "grep certificate-authority-data"
 
 # Pulumi reaches every tenant API server at its MetalLB VIP on the kind network, so this machine must
 # route to container addresses: not so with a remote engine (kind's kubeconfig would point at
@@ -59,17 +63,20 @@ fi
 _CREATE = (
     "set -eu\n"
     + _KIND_ENVIRONMENT
-    + """kubeconfig="$(mktemp)"
-trap 'rm -f "$kubeconfig"' EXIT
-"""
     + _LOCAL_ROOTFUL_ENGINE
-    + _LIST
+    + _START
     + f"""if {_EXISTS}; then
+  # An update of this stack's own command (pulumi-command passes the previous stdout): the cluster
+  # is this stack's if it is still the one whose kubeconfig the state holds.
   if [ -n "${{PULUMI_COMMAND_STDOUT:-}}" ]; then
-    # An update of this stack's own command: its state holds this cluster's kubeconfig.
-    {_MARK}
+    live_ca="$(kind get kubeconfig --name "$KIND_CLUSTER" | {_CA} || true)"
+    known_ca="$(printf '%s\\n' "$PULUMI_COMMAND_STDOUT" | {_CA} || true)"
+    if [ -n "$live_ca" ] && [ "$live_ca" = "$known_ca" ]; then
+      {_MARK}
+    fi
   fi
-  owner="$(docker cp "$node:{OWNER_FILE}" - 2>/dev/null | tar -xOf - 2>/dev/null || true)"
+  owner=""
+  if {_COPY_OWNER} 2>/dev/null; then owner="$(cat "$scratch/owner")"; fi
   if [ "$owner" != "$KIND_OWNER" ]; then
     echo "error: a kind cluster named $KIND_CLUSTER exists but this stack did not create it" \\
       "(its owner: ${{owner:-none, or its creation never finished}}). Delete it with" \\
@@ -78,7 +85,7 @@ trap 'rm -f "$kubeconfig"' EXIT
   fi
   echo "kind cluster $KIND_CLUSTER already exists and belongs to this stack; adopting it" >&2
 else
-  kind create cluster --name "$KIND_CLUSTER" --config - --kubeconfig "$kubeconfig" --wait 5m >&2
+  kind create cluster --name "$KIND_CLUSTER" --config - --kubeconfig "$scratch/kubeconfig" --wait 5m >&2
   {_MARK}
 fi
 kind get kubeconfig --name "$KIND_CLUSTER"
@@ -88,15 +95,14 @@ kind get kubeconfig --name "$KIND_CLUSTER"
 _DELETE = (
     "set -eu\n"
     + _KIND_ENVIRONMENT
-    + """kubeconfig="$(mktemp)"
-trap 'rm -f "$kubeconfig"' EXIT
-"""
-    + _LIST
+    + _START
     + f"""if ! {_EXISTS}; then
   echo "kind cluster $KIND_CLUSTER is already gone" >&2
   exit 0
 fi
-if ! owner="$({_READ_OWNER})"; then
+owner=""
+if {_COPY_OWNER}; then owner="$(cat "$scratch/owner")"; fi
+if [ -z "$owner" ]; then
   echo "error: cannot read which stack kind cluster $KIND_CLUSTER belongs to ($node:{OWNER_FILE});" \\
     "if it is this stack's, delete it with 'kind delete cluster --name $KIND_CLUSTER' and run destroy again" >&2
   exit 1
@@ -105,7 +111,7 @@ if [ "$owner" != "$KIND_OWNER" ]; then
   echo "warning: kind cluster $KIND_CLUSTER belongs to another stack (its owner: $owner); leaving it" >&2
   exit 0
 fi
-kind delete cluster --name "$KIND_CLUSTER" --kubeconfig "$kubeconfig"
+kind delete cluster --name "$KIND_CLUSTER" --kubeconfig "$scratch/kubeconfig"
 """
 )
 
@@ -167,6 +173,9 @@ class KindCluster(pulumi.ComponentResource):
         self.provider = k8s.Provider(
             name,
             kubeconfig=self.kubeconfig,
+            # The cluster is the command's: an update of it (its stdout unknown in a preview) is
+            # not a new cluster, and only its replacement replaces what runs on it.
+            cluster_identifier=cluster.id,
             # A kind cluster deleted by hand must not wedge `pulumi destroy`: what lived in it
             # leaves the state (Helm releases only on `pulumi refresh`, pulumi-kubernetes#2675).
             delete_unreachable=True,

@@ -18,21 +18,41 @@ class _StackFileLoader(yaml.SafeLoader):
     key given twice is an error rather than the last one silently winning."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen = set()
+        seen = []
         for key_node, _ in node.value:
+            if key_node.tag == _MERGE:  # `<<: *anchor` merges; its keys may be overridden
+                continue
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise ConstructorError(None, None, f"found the key {key!r} twice", key_node.start_mark)
-            seen.add(key)
+            seen.append(key)
         return super().construct_mapping(node, deep)
 
 
 _BOOL = "tag:yaml.org,2002:bool"
+_INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
+_MERGE = "tag:yaml.org,2002:merge"
+# YAML 1.1 forms yaml.v3 reads as strings: yes/no/on/off, 1:30 (sexagesimal), dates.
+_YAML_11_ONLY = {_BOOL, _INT, _FLOAT, "tag:yaml.org,2002:timestamp"}
 _StackFileLoader.yaml_implicit_resolvers = {
-    first: [(tag, pattern) for tag, pattern in resolvers if tag != _BOOL]
+    first: [(tag, pattern) for tag, pattern in resolvers if tag not in _YAML_11_ONLY]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _StackFileLoader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+# PyYAML's own int and float patterns without their sexagesimal forms (0o octal as yaml.v3 reads it).
+_StackFileLoader.add_implicit_resolver(
+    _INT,
+    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0o?[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
+    list("-+0123456789"),
+)
+_StackFileLoader.add_implicit_resolver(
+    _FLOAT,
+    re.compile(
+        r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
 
 
 def read_stack_file(path: Path) -> tuple[dict[str, Any], list[str]]:
@@ -43,7 +63,7 @@ def read_stack_file(path: Path) -> tuple[dict[str, Any], list[str]]:
     """
     try:
         document = yaml.load(path.read_text(encoding="utf-8"), Loader=_StackFileLoader) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, TypeError) as error:  # TypeError: an unhashable key
         raise ConfigError([("", f"cannot read {path}: {' '.join(str(error).split())}")]) from None
     config = document.get("config") if isinstance(document, dict) else None
     if not isinstance(document, dict) or not isinstance(config, dict | None):

@@ -30,7 +30,7 @@ def test_kind_cluster_is_created_from_config_on_stdin_and_deleted_on_destroy(dev
         "nodes": [{"role": "control-plane", "image": "kindest/node:v1.36.4"}],
     }
     # The user's kubeconfig is never written: kind gets a throwaway one.
-    assert '--kubeconfig "$kubeconfig"' in kind["create"]
+    assert '--kubeconfig "$scratch/kubeconfig"' in kind["create"]
 
 
 def test_management_node_image_and_name_come_from_config() -> None:
@@ -49,6 +49,9 @@ def test_management_kubeconfig_is_a_secret_and_feeds_the_provider(dev: harness.R
     assert kind["urn"] in provider["dependencies"]
     assert provider["inputs"]["kubeconfig"] == "[secret]"
     assert provider["inputs"]["deleteUnreachable"] == "true"
+    # The kind command's id, not the kubeconfig, says when the cluster is a new one: an update of
+    # the command (its stdout unknown in a preview) must not preview as replacing everything on it.
+    assert provider["inputs"]["clusterIdentifier"] == "gpu-tenancy-management-kind-cluster-id"
 
 
 def test_the_kind_subnet_is_read_after_kind_runs(dev: harness.Render) -> None:

@@ -138,6 +138,15 @@ def test_stack_files_are_read_as_the_pulumi_cli_reads_them(tmp_path: Path) -> No
     assert values["gpu-tenancy:tenants"] == [{"name": "on", "quota": {"gpumem": 0, "gpucores": 0, "namespace": "no"}}]
     stack.write_text("config:\n  x:\n    a: true\n    b: False\n")
     assert read_stack_file(stack)[0]["gpu-tenancy:x"] == {"a": True, "b": False}
+    stack.write_text("config:\n  x: {when: 2024-01-01, span: 1:30, merged: {<<: &m {p: 1, q: 2}, q: 3}, again: *m}\n")
+    assert read_stack_file(stack)[0]["gpu-tenancy:x"] == {
+        "when": "2024-01-01",
+        "span": "1:30",
+        "merged": {"p": 1, "q": 3},  # a merge key's values may be overridden
+        "again": {"p": 1, "q": 2},
+    }
+    stack.write_text("config:\n  ? [a]\n  : 1\n")  # an unhashable key: a message, not a traceback
+    assert run_cli("--config", str(stack)).returncode == 2
     stack.write_text("config:\n  gpu-tenancy:tenants: [{name: a}]\n  gpu-tenancy:tenants: [{name: b}]\n")
     result = run_cli("--config", str(stack))
     assert result.returncode == 2
