@@ -11,6 +11,7 @@ from .helm import chart
 
 POOL_NAME = "gpu-tenancy"
 METALLB_NAMESPACE = "metallb-system"
+METALLB_NAMESPACE_LABELS = {f"pod-security.kubernetes.io/{mode}": "privileged" for mode in ("enforce", "audit", "warn")}
 KAMAJI_NAMESPACE = "kamaji-system"  # the TCP CRD hard-codes its webhook service namespace to this
 
 
@@ -39,6 +40,8 @@ class ManagementCluster(pulumi.ComponentResource):
         provider: k8s.Provider,
         single_node: bool,
         deleted_with_cluster: bool = False,
+        install_cert_manager: bool = True,
+        label_metallb_namespace: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(
@@ -54,25 +57,40 @@ class ManagementCluster(pulumi.ComponentResource):
         # already gone, whatever deleteUnreachable says (pulumi/pulumi-kubernetes#2675).
         child = pulumi.ResourceOptions(parent=self, retain_on_delete=deleted_with_cluster)
 
-        # Kamaji's webhook serving certificate and its etcd certificates are cert-manager's.
-        cert_manager = chart(
-            f"{name}-cert-manager",
-            "cert-manager",
-            "certManager",
-            versions.cert_manager,
-            "cert-manager",
-            {"crds": {"enabled": True}},
-            child,
-        )
+        # Kamaji's webhook serving certificate and its etcd certificates are cert-manager's; an
+        # existing cluster may bring its own.
+        before_kamaji: list[pulumi.Resource] = []
+        if install_cert_manager:
+            before_kamaji.append(
+                chart(
+                    f"{name}-cert-manager",
+                    "cert-manager",
+                    "certManager",
+                    versions.cert_manager,
+                    "cert-manager",
+                    {"crds": {"enabled": True}},
+                    child,
+                )
+            )
 
         self.load_balancer = []
         if pool is not None:
+            # The speaker runs privileged on the host network: under a cluster-wide restricted Pod
+            # Security default (an existing cluster's choice; kind enforces none) its namespace
+            # must allow that, as MetalLB's own manifests label it.
+            metallb_namespace: pulumi.Input[str] = METALLB_NAMESPACE
+            if label_metallb_namespace:
+                metallb_namespace = k8s.core.v1.Namespace(
+                    f"{name}-metallb-namespace",
+                    metadata={"name": METALLB_NAMESPACE, "labels": METALLB_NAMESPACE_LABELS},
+                    opts=child,
+                ).metadata["name"]
             metallb = chart(
                 f"{name}-metallb",
                 "metallb",
                 "metallb",
                 versions.metallb.removeprefix("v"),
-                METALLB_NAMESPACE,
+                metallb_namespace,
                 metallb_values(single_node),
                 child,
             )
@@ -107,7 +125,7 @@ class ManagementCluster(pulumi.ComponentResource):
             versions.kamaji,
             KAMAJI_NAMESPACE,
             {},
-            pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[cert_manager])),
+            pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=before_kamaji)),
             unset=["resources"],
             # Helm's default 300 s is short for a first install on a laptop: Kamaji's image, the
             # three-replica kamaji-etcd with its volumes and the chart's hook jobs all come up here.

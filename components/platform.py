@@ -67,6 +67,8 @@ class Platform(pulumi.ComponentResource):
             provider,
             single_node=config.management.mode == "kind",
             deleted_with_cluster=config.management.mode == "kind",
+            install_cert_manager=config.management.install_cert_manager,
+            label_metallb_namespace=config.management.mode == "existing",
             opts=child,
         )
         self.tenants = {

@@ -20,6 +20,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    StrictBool,
     StrictInt,
     ValidationError,
     model_validator,
@@ -269,6 +270,8 @@ class Management(_Model):
     name: Annotated[str, AfterValidator(_dns_1035), AfterValidator(_kind_cluster_name)] = "kamaji"
     node_image: PinnedImage = versions.DEFAULT_NODE_IMAGE
     kubeconfig: NonBlank | None = Field(None, repr=False)
+    # An existing cluster may run cert-manager already; installing a second one fails on its CRDs.
+    install_cert_manager: StrictBool = True
 
 
 class Versions(_Model):
@@ -423,6 +426,11 @@ class StackConfig(_Model):
                 "is required when management.mode is existing (the management cluster's kubeconfig, as a secret)",
             )
         if self.management.mode == "kind":
+            if not self.management.install_cert_manager:
+                yield (
+                    "management.installCertManager",
+                    "can be false only with management.mode existing; the kind cluster this stack creates has no cert-manager",
+                )
             if self.management.kubeconfig is not None:
                 yield "management.kubeconfig", "is only used with management.mode existing; kind mode creates its own cluster"
             if self.network.worker_network is not None:

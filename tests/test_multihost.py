@@ -71,6 +71,35 @@ def test_existing_management_cluster_has_no_kind(prod: harness.Render) -> None:
     assert [r["name"] for r in prod.resources if r.get("options", {}).get("retainOnDelete")] == []
 
 
+def test_existing_cluster_may_keep_its_own_cert_manager() -> None:
+    config = existing()
+    config["management"]["installCertManager"] = False
+    render = render_config(config)
+    charts = {r["inputs"]["chart"] for r in render.find(RELEASE) if r["name"].startswith("gpu-tenancy-management-")}
+    assert charts == {"metallb", "kamaji"}
+    assert render.one(RELEASE, "gpu-tenancy-management-kamaji")["dependencies"] == []
+
+
+def test_installing_no_cert_manager_needs_an_existing_cluster() -> None:
+    with pytest.raises(
+        harness.RenderError, match=r"management.installCertManager: can be false only with management.mode existing"
+    ):
+        render_config({"management": {"installCertManager": False}, "tenants": [{"name": "a"}]})
+
+
+def test_metallb_namespace_allows_its_privileged_speaker_on_an_existing_cluster(
+    prod: harness.Render, dev: harness.Render
+) -> None:
+    # An existing cluster may default to a restricted Pod Security level; kind enforces none.
+    namespace = prod.one("kubernetes:core/v1:Namespace", "gpu-tenancy-management-metallb-namespace")
+    assert namespace["inputs"]["metadata"] == {
+        "name": "metallb-system",
+        "labels": {f"pod-security.kubernetes.io/{mode}": "privileged" for mode in ("enforce", "audit", "warn")},
+    }
+    assert namespace["urn"] in prod.one(RELEASE, "gpu-tenancy-management-metallb")["dependencies"]
+    assert dev.find("kubernetes:core/v1:Namespace", "gpu-tenancy-management-metallb-namespace") == []
+
+
 def test_existing_cluster_with_a_pool_gets_metallb_and_planned_vips(prod: harness.Render) -> None:
     assert prod.one(POOL)["inputs"]["spec"]["addresses"] == ["10.0.100.10-10.0.100.50"]
     address = prod.one(TCP, "prod-a")["inputs"]["spec"]["networkProfile"]["address"]
