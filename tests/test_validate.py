@@ -1001,6 +1001,15 @@ def test_a_declared_tenant_missing_from_the_stack_file_fails_its_model_checks():
     assert result.status == report.FAIL and "declares no tenant tenant-b" in result.detail
 
 
+def test_an_existing_cluster_keeping_its_own_cert_manager_is_not_expected_to_run_ours():
+    raw = {
+        "management": {"mode": "existing", "kubeconfig": "x", "installCertManager": False},
+        "network": {"pool": "10.0.0.0/28"},
+        "tenants": [{"name": "t"}],
+    }
+    assert checks.expected_releases(StackConfig.load(raw)) == (("metallb", "metallb-system"), ("kamaji", "kamaji-system"))
+
+
 def test_an_existing_management_cluster_without_a_pool_is_not_expected_to_run_metallb():
     raw = {"management": {"mode": "existing", "kubeconfig": "x"}, "tenants": [{"name": "t", "vip": "10.0.0.5"}]}
     assert checks.expected_releases(StackConfig.load(raw)) == (("cert-manager", "cert-manager"), ("kamaji", "kamaji-system"))

@@ -114,13 +114,18 @@ PAUSE_VERSION_COMMAND = ("/pause", "-v")  # pause.c prints "pause.c <version>" a
 
 
 def expected_releases(config: StackConfig) -> tuple[tuple[str, str], ...]:
-    """The management releases the stack installs: MetalLB only when it knows the pool.
+    """The management releases the stack installs: MetalLB only when it knows the pool,
+    cert-manager unless an existing cluster keeps its own.
 
     A kind management cluster always gets MetalLB; an existing one only with ``network.pool``
     (otherwise that cluster's own LoadBalancer serves the VIPs).
     """
-    with_pool = config.management.mode == "kind" or config.network.pool is not None
-    return tuple((release, namespace) for release, namespace in RELEASES if with_pool or release != "metallb")
+    installed = {
+        "cert-manager": config.management.install_cert_manager,
+        "metallb": config.management.mode == "kind" or config.network.pool is not None,
+        "kamaji": True,
+    }
+    return tuple((release, namespace) for release, namespace in RELEASES if installed[release])
 
 
 def check_management(run: Run) -> list[Result]:
