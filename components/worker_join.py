@@ -16,19 +16,16 @@ TOKEN_TTL_HOURS = 24
 BOOTSTRAP_READER = "gpu-tenancy:bootstrap-config-reader"
 
 
-def leave_script() -> str:
-    """Undo the join on the machine when the worker goes.
-
-    The Node object stays in the tenant, NotReady: a kubelet may not delete its Node (the Node
-    authorizer never allows it, and Kubernetes withdrew node self-deletion on purpose: a node that
-    deletes and re-registers itself sheds the taints an admin set, kubernetes/kubernetes#71021,
-    CVE-2025-5187), and this machine must not hold the tenant's admin credentials.
-    """
-    return "kubeadm reset --force"
+# Leaving undoes the join on the machine. The Node object stays in the tenant, NotReady: a kubelet
+# may not delete its Node (the Node authorizer never allows it, and Kubernetes withdrew node
+# self-deletion on purpose: a node that deletes and re-registers itself sheds the taints an admin
+# set, kubernetes/kubernetes#71021, CVE-2025-5187), and the machine must not hold the tenant's admin
+# credentials.
+LEAVE_SCRIPT = "kubeadm reset --force"
 
 
 class JoinPermissions(pulumi.ComponentResource):
-    """What joining and leaving need from the tenant beyond what Kamaji prepares.
+    """What joining needs from the tenant beyond what Kamaji prepares.
 
     kubeadm 1.36 reads ``kube-system/kubeadm-config`` and ``kubelet-config`` with the bootstrap
     token; a public Kamaji 26.8 + v1.36.4 lab found no RBAC granting it (see README, joins). One
@@ -137,7 +134,7 @@ class WorkerJoin(pulumi.ComponentResource):
                 conventions.ENV_TOKEN_EXPIRES: expiry.rfc3339,
             },
             secrets={conventions.ENV_JOIN_TOKEN: token},
-            delete=leave_script(),
+            delete=LEAVE_SCRIPT,
             triggers=[token, endpoint],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[token_secret_resource, permissions.binding]),
         )
