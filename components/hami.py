@@ -20,9 +20,11 @@ HAMI_NAMESPACE = "kube-system"
 # so with the default 5m every second pod on a node waits five minutes. The lock's timestamp has
 # one-second resolution; two seconds lets kube-scheduler's retry bind the next pod.
 MOCK_NODE_LOCK_EXPIRY = "2s"
+# The chart's own scheduler.extender.extraArgs, kept: a list in values replaces the default.
+CHART_EXTENDER_ARGS = ("--debug", "-v=4")
 
 
-def hami_values(kubernetes_version: str, mock_devices: bool) -> dict[str, Any]:
+def hami_values(kubernetes_version: str, mock_devices: bool, mock_device_plugin_tag: str) -> dict[str, Any]:
     """Values of the ``hami`` chart (v2.10.0 keys, ../shared/schemas/hami/values.yaml)."""
     scheduler: dict[str, Any] = {
         # The chart defaults to registry.cn-hangzhou.aliyuncs.com, often unreachable elsewhere.
@@ -33,15 +35,21 @@ def hami_values(kubernetes_version: str, mock_devices: bool) -> dict[str, Any]:
         # nothing outside the tenant needs a NodePort.
         "service": {"type": "ClusterIP"},
     }
-    if mock_devices:
-        scheduler["nodeLockExpire"] = MOCK_NODE_LOCK_EXPIRY
-    return {
+    values: dict[str, Any] = {
         "scheduler": scheduler,
         # The real plugin needs NVML and a GPU; the mock advertises the registered cards instead.
         # Its vGPU monitor's Service would otherwise be a NodePort (31992) on every GPU host.
         "devicePlugin": {"enabled": not mock_devices, "service": {"type": "ClusterIP"}},
         "mockDevicePlugin": {"enabled": mock_devices},
     }
+    if mock_devices:
+        # The flag, not only the chart's nodeLockExpire: the 2.9 and 2.10 schedulers overwrite the
+        # HAMI_NODELOCK_EXPIRE the chart sets with the flag's 5m default (HAMi#2692, #2790).
+        # nodeLockExpire stays for schedulers that read the environment.
+        scheduler["nodeLockExpire"] = MOCK_NODE_LOCK_EXPIRY
+        scheduler["extender"] = {"extraArgs": [*CHART_EXTENDER_ARGS, f"--node-lock-timeout={MOCK_NODE_LOCK_EXPIRY}"]}
+        values["mockDevicePlugin"]["image"] = {"tag": mock_device_plugin_tag}
+    return values
 
 
 def quota_hard(quota: Quota) -> dict[str, str]:
@@ -63,6 +71,7 @@ class Hami(pulumi.ComponentResource):
         version: str,
         kubernetes_version: str,
         mock_devices: bool,
+        mock_device_plugin_tag: str,
         quota: Quota | None,
         provider: k8s.Provider,
         depends_on: list[pulumi.Resource],
@@ -80,7 +89,7 @@ class Hami(pulumi.ComponentResource):
             "hami",
             version,
             HAMI_NAMESPACE,
-            hami_values(kubernetes_version, mock_devices),
+            hami_values(kubernetes_version, mock_devices, mock_device_plugin_tag),
             # Its webhook certificate jobs and scheduler need schedulable, networked nodes.
             pulumi.ResourceOptions(parent=self, depends_on=depends_on),
             timeout=900,

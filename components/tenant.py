@@ -103,6 +103,7 @@ class Tenant(pulumi.ComponentResource):
             versions.hami,
             config.kubernetes_version,
             mock_devices=mock_devices,
+            mock_device_plugin_tag=versions.mock_device_plugin,
             quota=config.quota,
             provider=provider,
             depends_on=[*joins.values(), *network.ready, *registrations],

@@ -233,6 +233,16 @@ def _hami_chart(value: str) -> str:
     return value
 
 
+# A Docker image tag, optionally with the digest that pins what it names.
+_IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}(@sha256:[0-9a-f]{64})?")
+
+
+def _image_tag(value: str) -> str:
+    if not _IMAGE_TAG.fullmatch(value):
+        raise ValueError(f"{value!r} is not an image tag: a tag such as 1.0.2, optionally with @sha256:<64 hex digits>")
+    return value
+
+
 DnsLabel = Annotated[str, AfterValidator(_dns_1035)]
 HostLabel = Annotated[str, AfterValidator(_dns_1123)]
 KubernetesVersion = Annotated[str, AfterValidator(_kubernetes_version)]
@@ -284,6 +294,7 @@ class Versions(_Model):
     # Kamaji pairs Konnectivity with the tenant minor (v0.<minor>.0); pin an older one here when
     # that image is not yet published for the newest Kubernetes minor.
     konnectivity: Annotated[str, AfterValidator(_version), AfterValidator(_konnectivity)] | None = None
+    mock_device_plugin: Annotated[str, AfterValidator(_image_tag)] = versions.DEFAULT_MOCK_DEVICE_PLUGIN_TAG
 
 
 class Network(_Model):

@@ -54,6 +54,14 @@ DEFAULT_CHART_VERSIONS: Final = {
     "calico": "v3.32.2",
 }
 
+# HAMi's mock device plugin image tag: the default of ``gpu-tenancy:versions.mockDevicePlugin``.
+# HAMi charts from 2.9.0 (2.10.0 included) default to mock 1.0.1, which cannot read the chart's
+# own device config (``vnpus`` became a nested object) and exits: no card is ever registered.
+# mock-device-plugin#18 reads both layouts, but the project publishes builds after 1.0.1 only
+# as ``latest`` (its CI pushes nothing else), so ``latest`` is an acknowledged moving tag; pin
+# ``latest@sha256:<digest>`` in stack config for repeatable installs.
+DEFAULT_MOCK_DEVICE_PLUGIN_TAG: Final = "latest"
+
 CHART_REPOSITORIES: Final = {
     "certManager": "https://charts.jetstack.io",
     "metallb": "https://metallb.github.io/metallb",

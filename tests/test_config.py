@@ -466,6 +466,20 @@ def test_konnectivity_is_an_image_tag_with_v() -> None:
     assert "Konnectivity images are tagged vX.Y.Z" in problem_at(raw, "versions.konnectivity")
 
 
+@pytest.mark.parametrize("tag", ["", "latest@sha256:abc", "-latest", "1.0.2\n", "projecthami/mock-device-plugin:1.0.2"])
+def test_mock_device_plugin_is_an_image_tag(tag: str) -> None:
+    raw = dev_config()
+    raw["versions"] = {"mockDevicePlugin": tag}
+    assert "is not an image tag" in problem_at(raw, "versions.mockDevicePlugin")
+
+
+@pytest.mark.parametrize("tag", ["1.0.2", "latest", "latest@sha256:" + "a" * 64])
+def test_mock_device_plugin_tags_and_digests(tag: str) -> None:
+    raw = dev_config()
+    raw["versions"] = {"mockDevicePlugin": tag}
+    assert StackConfig.load(raw).versions.mock_device_plugin == tag
+
+
 def test_a_named_datastore_needs_an_existing_management_cluster() -> None:
     raw = dev_config()
     raw["tenants"][0]["dataStore"] = "gold"

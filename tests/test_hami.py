@@ -20,14 +20,27 @@ def test_hami_release(dev: harness.Render) -> None:
 def test_hami_values(dev: harness.Render) -> None:
     values = dev.one(RELEASE, "tenant-b-hami")["inputs"]["values"]
     assert values["devicePlugin"] == {"enabled": False, "service": {"type": "ClusterIP"}}
-    assert values["mockDevicePlugin"] == {"enabled": True}
+    # Not the chart's 1.0.1, which exits on the chart's own device config from HAMi 2.9.0 on.
+    assert values["mockDevicePlugin"] == {"enabled": True, "image": {"tag": "latest"}}
     assert values["scheduler"]["kubeScheduler"]["image"] == {
         "registry": "registry.k8s.io",
         "repository": "kube-scheduler",
         "tag": "v1.36.4",
     }
     assert values["scheduler"]["nodeLockExpire"] == "2s"
+    # The 2.9 and 2.10 schedulers ignore nodeLockExpire's environment variable; the flag wins.
+    assert values["scheduler"]["extender"] == {"extraArgs": ["--debug", "-v=4", "--node-lock-timeout=2s"]}
     assert values["scheduler"]["service"] == {"type": "ClusterIP"}
+
+
+def test_mock_device_plugin_tag_from_config() -> None:
+    config = dev_config()
+    digest = "sha256:" + "0" * 64
+    config["versions"] = {"mockDevicePlugin": f"latest@{digest}"}
+    render = render_config(config)
+    for tenant in ("tenant-a", "tenant-b"):
+        values = render.one(RELEASE, f"{tenant}-hami")["inputs"]["values"]
+        assert values["mockDevicePlugin"]["image"] == {"tag": f"latest@{digest}"}
 
 
 def test_kube_scheduler_follows_the_tenant_version() -> None:

@@ -254,7 +254,8 @@ def test_nvidia_mode_runs_hamis_real_device_plugin(prod: harness.Render) -> None
     values = prod.one(RELEASE, "prod-a-hami")["inputs"]["values"]
     assert values["devicePlugin"] == {"enabled": True, "service": {"type": "ClusterIP"}}  # no NodePort on GPU hosts
     assert values["mockDevicePlugin"] == {"enabled": False}
-    assert "nodeLockExpire" not in values["scheduler"]  # the real plugin releases HAMi's bind lock
+    # The real plugin releases HAMi's bind lock.
+    assert "nodeLockExpire" not in values["scheduler"] and "extender" not in values["scheduler"]
     assert [r for r in prod.resources if r["name"].endswith("-gpu-registration")] == []  # no fake registration
     assert "--node-labels=gpu=on,gpu-tenancy.io/tenant=prod-a" in prod.one(REMOTE, "gpu-host-1-join")["inputs"]["stdin"]
     prepare = prod.one(REMOTE, "gpu-host-1-prepare")["inputs"]["stdin"]

@@ -283,6 +283,14 @@ def same(_: dict) -> None:
     pass
 
 
+def pin_moving_versions(document: dict) -> None:
+    record(document, RELEASE, "gpu-tenancy-management-kamaji")["inputs"].update(version="1.0.0")
+    for tenant in ("tenant-a", "tenant-b"):
+        record(document, RELEASE, f"{tenant}-hami")["inputs"]["values"]["mockDevicePlugin"]["image"].update(
+            tag=f"latest@{DIGEST}"
+        )
+
+
 CASES = [
     # tenant-worker-isolation
     Case("dev", "tenant-worker-isolation", same, None),
@@ -535,12 +543,21 @@ CASES = [
         "kind node image kindest/node has no tag or digest",
     ),
     # pinned-versions-exceptions (advisory)
-    Case("kamaji-moving-chart", "pinned-versions-exceptions", same, "Helm chart kamaji 0.0.0+latest"),
+    # dev: Kamaji's chart and each tenant's mock device plugin tag.
+    Case("kamaji-moving-chart", "pinned-versions-exceptions", same, "Helm chart kamaji 0.0.0+latest", findings=3),
     Case(
-        "kamaji-pinned",
+        "mock-device-plugin-latest",
         "pinned-versions-exceptions",
-        lambda d: record(d, RELEASE, "gpu-tenancy-management-kamaji")["inputs"].update(version="1.0.0"),
-        None,
+        same,
+        "Helm chart hami: values.mockDevicePlugin.image.tag is the moving image tag 'latest'",
+        findings=3,
+    ),
+    Case("everything-pinned", "pinned-versions-exceptions", pin_moving_versions, None),
+    Case(
+        "mock-device-plugin-other-latest-tag",
+        "pinned-versions",
+        lambda d: record(d, RELEASE, "tenant-a-hami")["inputs"]["values"]["devicePlugin"].update(image={"tag": "latest"}),
+        "values.devicePlugin.image.tag is the moving image tag 'latest'",
     ),
     # privileged-containers-are-nodes
     Case("dev", "privileged-containers-are-nodes", same, None),

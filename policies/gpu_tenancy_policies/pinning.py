@@ -2,8 +2,9 @@
 
 Helm releases need an exact chart version (a range or no version installs whatever is newest at
 `pulumi up` time); images need a tag or digest that is not ``latest``. Kamaji publishes no stable
-chart, so its ``0.0.0+latest`` build is an acknowledged exception: pinned-versions leaves it to
-pinned-versions-exceptions, which is advisory by default.
+chart, and HAMi's mock device plugin no tagged build its chart can use, so Kamaji's
+``0.0.0+latest`` and the mock's ``latest`` are acknowledged exceptions: pinned-versions leaves them
+to pinned-versions-exceptions, which is advisory by default.
 """
 
 from __future__ import annotations
@@ -25,6 +26,15 @@ ACKNOWLEDGED_MOVING_CHARTS: Final = {
     ("kamaji", "0.0.0+latest"): (
         "Kamaji publishes no stable chart; 0.0.0+latest follows Kamaji's main branch, so two installs may "
         "run different Kamaji builds. Pin an edge chart version in gpu-tenancy:versions.kamaji when one fits"
+    ),
+}
+
+# (chart, values path, value) image tags that move but have no pinned alternative yet, with why.
+ACKNOWLEDGED_MOVING_VALUES: Final = {
+    ("hami", "mockDevicePlugin.image.tag", "latest"): (
+        "HAMi's own default, mock 1.0.1, cannot read the chart's device config from 2.9.0 on, and later mock "
+        "builds are published only as latest, so two workers may run different mock builds. Pin "
+        "latest@sha256:<digest> in gpu-tenancy:versions.mockDevicePlugin"
     ),
 }
 
@@ -76,10 +86,19 @@ def _walk_values(value: Any, path: str) -> Iterator[tuple[str, str, Any]]:
             yield from _walk_values(item, f"{path}[{index}]")
 
 
-def _values_problems(values: Any) -> Iterator[str]:
+def _acknowledged_values(chart: str | None, values: Any) -> Iterator[tuple[str, str]]:
+    """(path, reason) of the acknowledged moving image tags in a release's values."""
+    for path, _, item in _walk_values(values, ""):
+        reason = ACKNOWLEDGED_MOVING_VALUES.get((chart, path, item))  # type: ignore[arg-type]
+        if reason:
+            yield path, reason
+
+
+def _values_problems(chart: str | None, values: Any) -> Iterator[str]:
     """Image tags set in Helm values: a chart's own default follows its (pinned) version, ``latest`` does not."""
+    acknowledged = {path for path, _ in _acknowledged_values(chart, values)}
     for path, key, item in _walk_values(values, ""):
-        if not isinstance(item, str):
+        if not isinstance(item, str) or path in acknowledged:
             continue
         lowered = key.lower()
         if lowered.endswith("tag") and item.strip().lower() == MOVING_TAG:
@@ -115,7 +134,7 @@ def check(resource: ResourceView) -> Iterator[str]:
                 yield f"{label} {problem}"
         values = resource.get("values", default={})
         if values is not UNKNOWN:
-            for problem in _values_problems(values):
+            for problem in _values_problems(kinds.chart_name(chart), values):
                 yield f"{label}: {problem}"
     elif resource.type == kinds.REMOTE_IMAGE:
         name = resource.get("name")
@@ -147,6 +166,11 @@ def check(resource: ResourceView) -> Iterator[str]:
 
 def check_exceptions(resource: ResourceView) -> Iterator[str]:
     if resource.type in kinds.HELM_TYPES:
+        chart = kinds.chart_name(resource.get("chart"))
         reason = _acknowledged(resource)
         if reason:
-            yield f"Helm chart {kinds.chart_name(resource.get('chart'))} {resource.get('version')}: {reason}"
+            yield f"Helm chart {chart} {resource.get('version')}: {reason}"
+        values = resource.get("values", default={})
+        if values is not UNKNOWN:
+            for path, reason in _acknowledged_values(chart, values):
+                yield f"Helm chart {chart}: values.{path} is the moving image tag '{MOVING_TAG}': {reason}"
