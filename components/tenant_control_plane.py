@@ -12,23 +12,33 @@ from pulumi_kubernetes import _utilities as k8s_utilities
 
 from gpu_tenancy import kubeadm, kubeconfig
 from gpu_tenancy.config import Tenant
-from gpu_tenancy.conventions import TENANT_LABEL
+from gpu_tenancy.conventions import KAMAJI_DEFAULT_DATA_STORE, TENANT_LABEL
 
 from .tenant_datastore import DedicatedDataStore
 
 API_PORT = 6443
 KONNECTIVITY_PORT = 8132
 
-# Kamaji's TCP has no conditions; its own e2e waits on this field (clastix/kamaji:e2e/utils_test.go).
-# The kube-proxy and Konnectivity addons must exist too: the tenant's network patches kube-proxy and
-# the HAMi webhook is reached only through Konnectivity.
-READY = json.dumps(
-    [
-        "jsonpath={.status.kubernetesResources.version.status}=Ready",
-        "jsonpath={.status.addons.kubeProxy.enabled}=true",
-        "jsonpath={.status.addons.konnectivity.enabled}=true",
-    ]
-)
+
+def ready_when(kubernetes_version: str) -> str:
+    """The TCP's ``pulumi.com/waitFor``: Ready at the requested version, with its addons.
+
+    Kamaji's TCP has no conditions; its own e2e waits on the version status
+    (clastix/kamaji:e2e/utils_test.go). After a version bump that status is still Ready from the
+    old version when the update returns, and Kamaji writes the running version only once the
+    upgrade is done, so the version is part of the wait: the workers of the new version join
+    only then. The kube-proxy and Konnectivity addons must exist too: the tenant's network
+    patches kube-proxy and the HAMi webhook is reached only through Konnectivity.
+    """
+    return json.dumps(
+        [
+            "jsonpath={.status.kubernetesResources.version.status}=Ready",
+            f"jsonpath={{.status.kubernetesResources.version.version}}={kubernetes_version}",
+            "jsonpath={.status.addons.kubeProxy.enabled}=true",
+            "jsonpath={.status.addons.konnectivity.enabled}=true",
+        ]
+    )
+
 
 # Kubelet settings for nodes that are containers (kindest/node): the values kind itself uses, since
 # a laptop has swap and often a fuller disk than kubelet's eviction defaults tolerate.
@@ -81,7 +91,7 @@ def control_plane_spec(
     vip: pulumi.Input[str] | None,
     konnectivity_version: str | None,
     nested_nodes: bool,
-    data_store: str | None,
+    data_store: str,
     rootless: pulumi.Input[bool] = False,
 ) -> dict[str, Any]:
     """The TenantControlPlane ``spec`` (kamaji.clastix.io/v1alpha1).
@@ -127,9 +137,11 @@ def control_plane_spec(
         },
         "networkProfile": network_profile,
         "addons": {"coreDNS": {}, "kubeProxy": {}, "konnectivity": konnectivity},
+        # Always named, Kamaji's default included: the CRD refuses to unset dataStore, so a TCP
+        # created with a dedicated store and switched back to shared could never be updated.
+        # Named, the switch is one of Kamaji's DataStore migrations.
+        "dataStore": data_store,
     }
-    if data_store is not None:
-        spec["dataStore"] = data_store
     return spec
 
 
@@ -140,6 +152,7 @@ class _TenantControlPlaneResource(pulumi.CustomResource):
     to the provider but the engine resolves the output onto it.
     """
 
+    metadata: pulumi.Output[dict[str, Any]]
     status: pulumi.Output[dict[str, Any]]
 
     def __init__(self, name: str, metadata: dict[str, Any], spec: dict[str, Any], opts: pulumi.ResourceOptions) -> None:
@@ -204,7 +217,7 @@ class TenantControlPlane(pulumi.ComponentResource):
                 "name": tenant.name,
                 "namespace": namespace.metadata["name"],
                 "labels": {**labels, "tenant.clastix.io": tenant.name},
-                "annotations": {"pulumi.com/waitFor": READY},
+                "annotations": {"pulumi.com/waitFor": ready_when(tenant.kubernetes_version)},
             },
             spec=control_plane_spec(tenant, vip, konnectivity_version, nested_nodes, data_store, rootless),
             # Kamaji's CRD and webhooks come with its release; the LoadBalancer address with MetalLB's pool.
@@ -239,6 +252,11 @@ class TenantControlPlane(pulumi.ComponentResource):
         self.provider = k8s.Provider(
             name,
             kubeconfig=_kubeconfig(admin, "super-admin.conf"),
+            # The cluster is the TCP object: a new server address or CA (Kamaji rotates CAs on
+            # request) is the same cluster, and must not replace everything in it (Calico's
+            # releases, HAMi, tokens). A TCP that is recreated has a new uid, and is a new cluster.
+            # Only the preview of a TCP's creation lacks the uid, when the provider is new anyway.
+            cluster_identifier=tcp.metadata.apply(lambda metadata: metadata.get("uid")),
             delete_unreachable=True,
             opts=pulumi.ResourceOptions(parent=self),
         )
@@ -246,10 +264,10 @@ class TenantControlPlane(pulumi.ComponentResource):
 
     def _data_store(
         self, name: str, tenant: Tenant, namespace: k8s.core.v1.Namespace, version: str, depends_on: list[pulumi.Resource]
-    ) -> tuple[str | None, list[pulumi.Resource]]:
-        """The DataStore the TCP names (None: Kamaji's default) and what must exist first."""
+    ) -> tuple[str, list[pulumi.Resource]]:
+        """The DataStore the TCP names and what must exist first."""
         if tenant.data_store == "shared":
-            return None, []
+            return KAMAJI_DEFAULT_DATA_STORE, []
         if tenant.data_store == "dedicated":
             # The chart creates a Kamaji DataStore, whose CRD comes with Kamaji's release.
             store = DedicatedDataStore(

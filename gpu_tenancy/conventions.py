@@ -22,3 +22,7 @@ ENV_JOIN_TOKEN: Final = "JOIN_TOKEN"
 ENV_TOKEN_EXPIRES: Final = "BOOTSTRAP_TOKEN_EXPIRES"
 ENV_REGISTER: Final = "HAMI_NODE_REGISTER"
 ENV_GPU_CAPACITY: Final = "NVIDIA_GPU_CAPACITY"
+
+# The DataStore the Kamaji chart creates and assigns to every TCP that names none
+# (charts/kamaji values.yaml defaultDatastoreName, kamaji-etcd datastore.name).
+KAMAJI_DEFAULT_DATA_STORE: Final = "default"

@@ -42,7 +42,7 @@ def test_tcp_spec(dev: harness.Render) -> None:
     assert spec["addons"]["konnectivity"] == {"server": {"port": 8132}, "agent": {"mode": "DaemonSet"}}
     patches = spec["kubernetes"]["kubelet"]["configurationJSONPatches"]
     assert {"op": "add", "path": "/cgroupDriver", "value": "systemd"} in patches
-    assert "dataStore" not in spec  # Kamaji's default DataStore
+    assert spec["dataStore"] == "default"  # Kamaji's default DataStore, named
     # Kamaji's default list lacks NodeRestriction: kubelets could rewrite each other's Nodes.
     assert "NodeRestriction" in spec["kubernetes"]["admissionControllers"]
 
@@ -84,6 +84,28 @@ def test_pulumi_waits_until_the_tcp_is_ready(dev: harness.Render) -> None:
     conditions = json.loads(annotation)
     assert "jsonpath={.status.kubernetesResources.version.status}=Ready" in conditions
     assert "jsonpath={.status.addons.konnectivity.enabled}=true" in conditions
+
+
+def test_the_wait_includes_the_requested_version() -> None:
+    # After a version bump the status is still Ready from the old version when the update returns;
+    # Kamaji reports the running version only once the upgrade is done.
+    config = dev_config()
+    config["tenants"][1]["kubernetesVersion"] = "v1.35.7"
+    render = render_config(config)
+    for tenant, version in (("tenant-a", "v1.36.4"), ("tenant-b", "v1.35.7")):
+        annotation = render.one(TCP, tenant)["inputs"]["metadata"]["annotations"]["pulumi.com/waitFor"]
+        assert f"jsonpath={{.status.kubernetesResources.version.version}}={version}" in json.loads(annotation)
+
+
+def test_the_tenant_provider_identifies_its_cluster_by_the_tcps_uid(dev: harness.Render, dev_preview: harness.Render) -> None:
+    # A new CA or address is the same cluster; only a recreated TCP (a new uid) is a new one.
+    provider = dev.one(K8S_PROVIDER, "tenant-a")
+    tcp = dev.one(TCP, "tenant-a")
+    assert provider["inputs"]["clusterIdentifier"] == harness.mock_uid("tenant-a", "tenant-a")
+    assert provider["inputs"]["clusterIdentifier"] != dev.one(K8S_PROVIDER, "tenant-b")["inputs"]["clusterIdentifier"]
+    assert tcp["urn"] in provider["dependencies"]
+    # Previewing a fresh stack: no uid yet, and the provider is new anyway.
+    assert "clusterIdentifier" not in dev_preview.one(K8S_PROVIDER, "tenant-a")["inputs"]
 
 
 def test_tcp_waits_for_kamaji_and_the_load_balancer_pool(dev: harness.Render) -> None:

@@ -189,12 +189,14 @@ class _Cloud(pulumi_mocks.Mocks):
         metadata, spec = args.inputs["metadata"], args.inputs["spec"]
         self.tenant_planes[f"{metadata['namespace']}/{metadata['name']}"] = spec
         return {
+            # The API server gives every object a uid.
+            "metadata": {**metadata, "uid": mock_uid(metadata["namespace"], metadata["name"])},
             "status": {
                 "controlPlaneEndpoint": mock_cloud.control_plane_endpoint(metadata["name"], spec),
                 "kubeconfig": {"admin": {"secretName": f"{metadata['name']}-admin-kubeconfig"}},
                 "kubernetesResources": {"version": {"status": "Ready", "version": spec["kubernetes"]["version"]}},
                 "addons": {name: {"enabled": True} for name in spec.get("addons", {})},
-            }
+            },
         }
 
     def _Secret(self, args: pulumi_mocks.MockResourceArgs) -> dict:
@@ -225,6 +227,11 @@ class _Cloud(pulumi_mocks.Mocks):
 
     def _Container(self, args: pulumi_mocks.MockResourceArgs) -> dict:
         return {"id": mock_cloud.fake_id("container", args.inputs["name"])}
+
+
+def mock_uid(namespace: str, name: str) -> str:
+    """The uid the mock API server gives an object: stable, so that renders stay identical."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{name}"))
 
 
 def _b64(text: str) -> str:

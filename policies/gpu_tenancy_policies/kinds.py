@@ -44,7 +44,7 @@ ENV_GPU_CAPACITY: Final = conventions.ENV_GPU_CAPACITY
 # defaultDatastoreName).
 DEFAULT_API_PORT: Final = 6443
 DEFAULT_KONNECTIVITY_PORT: Final = 8132
-DEFAULT_DATA_STORE: Final = "default"
+DEFAULT_DATA_STORE: Final = conventions.KAMAJI_DEFAULT_DATA_STORE
 
 # Charts recognised by name (the last path segment of `chart`, so repo/, oci:// and URL forms match).
 HAMI_CHART: Final = "hami"
