@@ -58,6 +58,25 @@ class Tenant(pulumi.ComponentResource):
             rootless=rootless,
             opts=child,
         )
+        self.outputs = self._outputs(config)
+        # A control plane may come before its hardware. The pod network's operator and HAMi need a
+        # node to run on (their Helm releases would time out waiting for one), so they come with
+        # the first worker.
+        if config.workers:
+            self._nodes(config, versions, machines, nested_nodes, rootless)
+        self.register_outputs(self.outputs)
+
+    def _nodes(
+        self,
+        config: TenantConfig,
+        versions: Versions,
+        machines: dict[str, WorkerMachine],
+        nested_nodes: bool,
+        rootless: pulumi.Input[bool],
+    ) -> None:
+        """The workers' joins, then the pod network, the GPU registrations and HAMi on them."""
+        name = config.name
+        child = pulumi.ResourceOptions(parent=self)
         provider = self.control_plane.provider
         permissions = JoinPermissions(name, provider, child)
 
@@ -110,7 +129,8 @@ class Tenant(pulumi.ComponentResource):
             opts=child,
         )
 
-        self.outputs = {
+    def _outputs(self, config: TenantConfig) -> dict[str, Any]:
+        return {
             "kubeconfig": self.control_plane.kubeconfig,
             "endpoint": pulumi.Output.concat("https://", self.control_plane.endpoint),
             "kubernetesVersion": config.kubernetes_version,
@@ -124,7 +144,6 @@ class Tenant(pulumi.ComponentResource):
                 for worker in config.workers
             },
         }
-        self.register_outputs(self.outputs)
 
     def _machine(self, tenant: TenantConfig, worker: WorkerConfig, docker_host: DockerHost | None) -> WorkerMachine:
         child = pulumi.ResourceOptions(parent=self)

@@ -163,3 +163,23 @@ def test_vips_are_stable_when_tenants_are_added(dev: harness.Render) -> None:
     assert endpoints["tenant-a"] == dev.outputs["tenants"]["tenant-a"]["endpoint"]
     assert endpoints["tenant-b"] == dev.outputs["tenants"]["tenant-b"]["endpoint"]
     assert len(set(endpoints.values())) == 4
+
+
+def test_a_tenant_without_workers_is_its_control_plane_only() -> None:
+    # The pod network's operator and HAMi need a node; their releases would time out without one.
+    config = dev_config()
+    config["tenants"][1] = {"name": "tenant-b"}
+    render = render_config(config)
+    tenant_b = [r for r in render.resources if r["urn"].split("::")[-1].startswith("tenant-b") or "tenant-b" in r["name"]]
+    assert {(r["type"], r["name"]) for r in tenant_b} == {
+        ("gpu-tenancy:tenant:Tenant", "tenant-b"),
+        ("gpu-tenancy:tenant:TenantControlPlane", "tenant-b"),
+        ("kubernetes:core/v1:Namespace", "tenant-b-namespace"),
+        (TCP, "tenant-b"),
+        (SECRET, "tenant-b-admin-kubeconfig"),
+        (K8S_PROVIDER, "tenant-b"),
+    }
+    assert render.outputs["tenants"]["tenant-b"]["workers"] == []
+    assert render.outputs["tenants"]["tenant-b"]["endpoint"].startswith("https://")
+    # The other tenant keeps everything.
+    assert render.one(RELEASE, "tenant-a-hami") and render.one(RELEASE, "tenant-a-calico")

@@ -993,6 +993,22 @@ def test_quota_takes_existing_usage_in_its_namespace_into_account():
     assert ("default", "user-job") in w.tenants["tenant-a"].pods, "the suite never touches other pods"
 
 
+def test_a_tenant_without_workers_skips_hamis_checks_and_passes_the_rest():
+    # Such a tenant is a control plane only: HAMi comes with its first worker.
+    raw = DEV.model_dump(by_alias=True, exclude_none=True, mode="json")
+    raw["tenants"][1] = {"name": "tenant-b"}
+    config = StackConfig.load(raw)
+    w = world(config)
+    w.tenants["tenant-b"].workloads["kube-system"] = [
+        workload for workload in w.tenants["tenant-b"].workloads["kube-system"] if workload.name != "hami-scheduler"
+    ]
+    w.tenants["tenant-b"].webhooks.clear()
+    results = [r for r in runner.run_checks(w.run()) if r.tenant == "tenant-b"]
+    assert {r.check for r in results if r.status == report.SKIP} == set(runner.HAMI_CHECKS) | {"konnectivity"}
+    assert all("first worker" in r.detail for r in results if r.check in runner.HAMI_CHECKS)
+    assert [r for r in results if r.status == report.FAIL] == [], report.table(results)
+
+
 def test_a_declared_tenant_missing_from_the_stack_file_fails_its_model_checks():
     w = world()
     config = StackConfig.load({"tenants": [DEV.tenants[0].model_dump(by_alias=True, exclude_none=True, mode="json")]})

@@ -125,6 +125,15 @@ POD_CHECKS: tuple[tuple[tuple[str, ...], PodCheck], ...] = (
 )
 
 
+# Checks of HAMi, which a tenant gets with its first worker (components/tenant.py).
+HAMI_CHECKS = frozenset({"gpu-registration", "webhook", "fractional-fit", "fractional-next", "oversize", "quota"})
+
+
+def _without_workers(run: Run, ids: Sequence[str], target: Target) -> list[Result]:
+    reason = "no workers: HAMi comes with the tenant's first worker"
+    return [skipped(check, target.name, reason) for check in ids if run.wants(check)]
+
+
 def _unreachable(run: Run, ids: Sequence[str], target: Target) -> list[Result]:
     reason = f"not run: {target.problem or 'the tenant API does not answer'}"
     # The tenant-api row fails for a tenant that does not answer; a selection without it must
@@ -202,6 +211,9 @@ def run_checks(run: Run) -> list[Result]:
             for ids, check in POD_CHECKS:
                 if target.version is None:
                     results += _unreachable(run, ids, target)
+                    continue
+                if not target.outputs.workers and HAMI_CHECKS.issuperset(ids):
+                    results += _without_workers(run, ids, target)
                     continue
                 results += _scratch_result(run, target, ids) or guarded(
                     run, ids, target.name, lambda cleanup, t=target, c=check: c(run, t, cleanup)
