@@ -381,6 +381,23 @@ CASES = [
         findings=2,
     ),
     Case(
+        "deprecated-pod-cidr-holds-a-vip",
+        "unique-tenant-endpoints",
+        lambda d: (
+            spec(d, "tenant-b")["networkProfile"].pop("podCidrs"),
+            spec(d, "tenant-b")["networkProfile"].update(podCidr="172.18.255.224/28"),
+        ),
+        "podCidr 172.18.255.224/28 contains the address 172.18.255.230 of tenant 'tenant-a'",
+        findings=2,
+    ),
+    Case(
+        # Kamaji's CRD defaults the singular field even when the plural list is set; the list wins.
+        "defaulted-singular-beside-the-list",
+        "unique-tenant-endpoints",
+        lambda d: spec(d, "tenant-b")["networkProfile"].update(podCidr="172.18.255.224/28"),
+        None,
+    ),
+    Case(
         "service-cidr-on-the-node-network",
         "unique-tenant-endpoints",
         lambda d: (kind_network_output(d), spec(d, "tenant-a")["networkProfile"].update(serviceCidrs=["172.18.0.0/24"])),

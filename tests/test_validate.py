@@ -1732,8 +1732,15 @@ def test_the_e2e_workflow_deploys_validates_uploads_and_always_destroys():
     assert job["runs-on"] == "ubuntu-latest" and job["timeout-minutes"] <= 120
     steps = job["steps"]
     runs = [step.get("run", "") for step in steps]
-    index = {name: next(i for i, run in enumerate(runs) if name in run) for name in ("make up", "make validate", "make destroy")}
+    names = ("make up", "make validate", "make preview", "make destroy")
+    index = {name: next(i for i, run in enumerate(runs) if name in run) for name in names}
     assert index["make up"] < index["make validate"] < index["make destroy"]
+    # The policy pack against the deployed stack, where the stack policies see live outputs (a pull
+    # request's preview of a fresh stack gives them none), even when validation failed.
+    assert index["make up"] < index["make preview"] < index["make destroy"]
+    policy = steps[index["make preview"]]
+    assert "steps.deploy.outcome == 'success'" in policy["if"] and "!cancelled()" in policy["if"]
+    assert steps[index["make up"]]["id"] == "deploy"
     assert any("fs.inotify.max_user_instances=1024" in run and "fs.inotify.max_user_watches=524288" in run for run in runs)
     assert "validation-report" in runs[index["make validate"]]
     destroy = steps[index["make destroy"]]

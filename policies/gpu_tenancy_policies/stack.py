@@ -150,14 +150,21 @@ class ControlPlane:
         return found
 
     def cidrs(self) -> list[tuple[str, Any]]:
-        """(field, network) for every pod and service CIDR that is known and parses."""
+        """(field, network) for every pod and service CIDR that is known and parses.
+
+        Kamaji's CRD keeps the deprecated singular ``podCidr``/``serviceCidr`` (defaulted even when
+        the plural lists are set); they are the TCP's networks only where the plural list is absent.
+        """
         found = []
-        for key in ("podCidrs", "serviceCidrs"):
-            values = self.resource.get("spec", "networkProfile", key, default=[])
+        for plural, singular in (("podCidrs", "podCidr"), ("serviceCidrs", "serviceCidr")):
+            field, values = plural, self.resource.get("spec", "networkProfile", plural, default=None)
+            if values is None:
+                single = self.resource.get("spec", "networkProfile", singular, default=None)
+                field, values = singular, [] if single is None or single is UNKNOWN else [single]
             for value in values if isinstance(values, list) else []:
                 network = parse_network(value)
                 if network is not None:
-                    found.append((f"{key} {value}", network))
+                    found.append((f"{field} {value}", network))
         return found
 
 
