@@ -80,6 +80,9 @@ class DockerWorkerMachine(pulumi.ComponentResource):
             volumes=host.node_mounts.apply(_volumes),
             devices=host.node_mounts.apply(_devices),
             cgroupns_mode="private",
+            # A userns-remap engine refuses privileged containers in a remapped user namespace (kind
+            # passes --userns=host there too).
+            userns_mode=host.userns_remap.apply(lambda remap: "host" if remap else None),
             init=False,
             tty=True,
             restart="on-failure",
@@ -95,6 +98,7 @@ class DockerWorkerMachine(pulumi.ComponentResource):
         )
         self.machine_id = container.id
         self._container_name = container.name
+        self._engine = host.endpoint
         self.register_outputs({"containerId": self.machine_id})
 
     def run(
@@ -110,7 +114,9 @@ class DockerWorkerMachine(pulumi.ComponentResource):
         """A command that runs ``script`` as root in the container, on create and on input changes.
 
         ``environment`` reaches the script through ``docker exec -e`` and stays readable in the
-        stack (policies check it); ``secrets`` are prepended to the script on its stdin.
+        stack (policies check it); ``secrets`` are prepended to the script on its stdin. The docker
+        CLI itself gets ``DOCKER_HOST``, the engine the container was made on, not the CLI's
+        current context; it does not pass into the container.
         """
         passed = " ".join(f"-e {key}" for key in environment)
         return command.local.Command(
@@ -120,7 +126,7 @@ class DockerWorkerMachine(pulumi.ComponentResource):
             if delete
             else None,
             stdin=pulumi.Output.concat(secret_prelude(secrets), script),
-            environment=environment,
+            environment={**environment, "DOCKER_HOST": self._engine},
             triggers=[*(triggers or []), self.machine_id],
             logging=command.local.Logging.STDERR,
             # The old command's delete undoes what the new one did on the same machine (a

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from components import kind_cluster
+from gpu_tenancy.docker_host import ENGINE_SCRIPT
 from tests.shell import assert_valid_machine_script, executable
 
 OWNER = "6f1c2d3e-0000-4000-8000-00000000abcd"  # the stack's RandomUuid
@@ -169,3 +170,40 @@ def test_destroy_stops_on_an_empty_owner_file(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "cannot read which stack kind cluster kamaji belongs to" in result.stderr
     assert not [line for line in log if line.startswith("kind delete")]
+
+
+@pytest.mark.parametrize(
+    ("docker_host", "context"),
+    [
+        (None, "tcp://10.0.0.5:2376"),  # `docker context use` of a remote engine
+        ("ssh://me@builder", "unix:///var/run/docker.sock"),  # DOCKER_HOST wins over the context
+    ],
+)
+def test_kind_refuses_a_remote_engine_and_checks_the_one_the_workers_get(
+    tmp_path: Path, docker_host: str | None, context: str
+) -> None:
+    (tmp_path / "kind").mkdir()
+    (tmp_path / "workers").mkdir()
+    kind, log = run(kind_cluster._CREATE, tmp_path / "kind", exists=False, owner=None, context=context, docker_host=docker_host)
+    assert kind.returncode == 1
+    assert not [line for line in log if line.startswith("kind create")]
+    # The worker containers' engine (components/docker_host.py) is resolved the same way.
+    workers, _ = run(ENGINE_SCRIPT, tmp_path / "workers", exists=False, owner=None, context=context, docker_host=docker_host)
+    assert workers.returncode == 0, workers.stderr
+    endpoint = workers.stdout.splitlines()[0]
+    assert endpoint == (docker_host or context)
+    assert f"error: the docker engine at {endpoint} is not on this machine" in kind.stderr
+
+
+def test_kind_refuses_a_rootless_engine(tmp_path: Path) -> None:
+    result, log = run(
+        kind_cluster._CREATE,
+        tmp_path,
+        exists=False,
+        owner=None,
+        security='["name=seccomp,profile=builtin","name=rootless"]',
+        context="unix:///run/user/1000/docker.sock",
+    )
+    assert result.returncode == 1
+    assert "error: this docker engine is rootless" in result.stderr
+    assert not [line for line in log if line.startswith("kind create")]

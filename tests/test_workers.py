@@ -12,11 +12,14 @@ import pytest
 import yaml
 
 from gpu_tenancy import kubeadm, kubeconfig
+from gpu_tenancy.docker_host import ENGINE_SCRIPT
 from tests.conftest import COMMAND, CONTAINER, K8S_PROVIDER, SECRET, TCP, dev_config, render_config
 from tests.shell import assert_valid_machine_script
 from tools import harness, mock_cloud
 
 ROLE = "kubernetes:rbac.authorization.k8s.io/v1:Role"
+DOCKER_PROVIDER = "pulumi:providers:docker"
+IMAGE = "docker:index/remoteImage:RemoteImage"
 BINDING = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
 
 
@@ -38,9 +41,53 @@ def test_machine_runs_the_way_kind_runs_its_nodes(dev: harness.Render) -> None:
 
 def test_engine_facts_are_read_once_and_feed_every_container(dev: harness.Render) -> None:
     info = dev.one(COMMAND, "gpu-tenancy-docker-host-docker-info")
-    assert info["inputs"]["create"].startswith("docker info --format ")
+    assert info["inputs"]["create"] == ENGINE_SCRIPT
     for container in dev.find(CONTAINER):
         assert info["urn"] in container["dependencies"]
+
+
+def test_images_and_containers_use_the_default_docker_provider(dev: harness.Render, dev_preview: harness.Render) -> None:
+    # Configured from the environment, it is known in a preview of an empty host, so the policy
+    # pack sees the containers there; the engine script stops a run where it would reach another
+    # engine than the docker CLI (tests/test_docker_host.py).
+    resources = dev.find(CONTAINER) + dev.find(IMAGE)
+    assert len(resources) == 4
+    assert all(resource["provider"] is None for resource in resources)
+    assert dev.find(DOCKER_PROVIDER) == [] and dev_preview.find(DOCKER_PROVIDER) == []
+
+
+def test_every_docker_exec_goes_to_the_engine_that_was_checked(dev: harness.Render) -> None:
+    info = dev.one(COMMAND, "gpu-tenancy-docker-host-docker-info")
+    execs = [command for command in dev.find(COMMAND) if command["inputs"]["create"].startswith("docker exec")]
+    assert {command["name"] for command in execs} >= {"tenant-a-worker-0-join", "tenant-b-worker-0-join"}
+    for command in execs:
+        assert command["inputs"]["environment"]["DOCKER_HOST"] == "unix:///var/run/docker.sock"  # the mock's first line
+        assert info["urn"] in command["dependencies"]
+        # It is for the docker CLI; the script in the container does not get it.
+        assert "DOCKER_HOST" not in command["inputs"]["create"]
+
+
+def test_the_engine_stays_unknown_in_a_preview_of_an_empty_host(dev_preview: harness.Render) -> None:
+    join = dev_preview.one(COMMAND, "tenant-a-worker-0-join")["inputs"]
+    assert join["environment"]["DOCKER_HOST"] == "[unknown]"
+
+
+def test_a_userns_remap_engine_runs_workers_in_the_host_user_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
+    # dockerd refuses --privileged in a remapped user namespace ("privileged mode is incompatible
+    # with user namespaces"); kind passes --userns=host there.
+    monkeypatch.setattr(
+        mock_cloud,
+        "DOCKER_INFO",
+        '{"driver":"overlay2","driverStatus":[["Backing Filesystem","extfs"]],'
+        '"securityOptions":["name=apparmor","name=seccomp,profile=builtin","name=userns","name=cgroupns"]}',
+    )
+    container = render_config(dev_config()).one(CONTAINER, "tenant-a-worker-0")["inputs"]
+    assert container["usernsMode"] == "host"
+    assert container["privileged"] is True
+
+
+def test_an_engine_without_userns_remap_keeps_dockers_default(dev: harness.Render) -> None:
+    assert all("usernsMode" not in container["inputs"] for container in dev.find(CONTAINER))
 
 
 def test_containers_mount_what_the_engine_needs_as_kind_does(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -181,8 +181,8 @@ class _Cloud(pulumi_mocks.Mocks):
             return {"stdout": mock_cloud.kubeconfig(args.inputs["environment"]["KIND_CLUSTER"], mock_cloud.MANAGEMENT_API)}
         if args.name.endswith("-kind-network"):
             return {"stdout": mock_cloud.KIND_SUBNETS + "\n"}
-        if args.name.endswith("-docker-info"):
-            return {"stdout": mock_cloud.DOCKER_INFO}
+        if args.name.endswith("-docker-info"):  # the engine's endpoint, then its `docker info` line
+            return {"stdout": f"unix:///var/run/docker.sock\n{mock_cloud.DOCKER_INFO}\n"}
         return {"stdout": "", "stderr": ""}
 
     def _TenantControlPlane(self, args: pulumi_mocks.MockResourceArgs) -> dict:
