@@ -36,10 +36,20 @@ systemctl list-units --type swap --all --plain --no-legend | awk '{ print $1 }' 
   systemctl mask "$unit" >/dev/null 2>&1 || systemctl disable "$unit" >/dev/null
 done
 
-# containerd from the distribution, with the systemd cgroup driver the tenants' kubelets use.
+# containerd, with the systemd cgroup driver the tenants' kubelets use. Docker CE's containerd.io
+# Provides and Conflicts containerd and runc, so installing the distribution's containerd would
+# make apt remove containerd.io and docker-ce with it: a host that has containerd.io keeps it.
+set -- ca-certificates curl gpg conntrack
+case "$(dpkg-query -W -f='${Status}' containerd.io 2>/dev/null || true)" in
+  *" ok installed") echo "containerd.io (Docker CE) is installed: kubelet uses its containerd" >&2 ;;
+  *) set -- containerd "$@" ;;
+esac
 apt_get update -q
-apt_get install -y -q --no-install-recommends containerd ca-certificates curl gpg conntrack
-if ! grep -q 'SystemdCgroup = true' /etc/containerd/config.toml 2>/dev/null; then
+# --no-remove: a conflict with what the host already runs fails here instead of removing it.
+apt_get install -y -q --no-install-recommends --no-remove "$@"
+# containerd.io's own config.toml disables the CRI plugin kubelet talks to: it is replaced too.
+if ! grep -q 'SystemdCgroup = true' /etc/containerd/config.toml 2>/dev/null ||
+  grep -Eq '^[[:space:]]*disabled_plugins[[:space:]]*=.*cri' /etc/containerd/config.toml; then
   mkdir -p /etc/containerd
   containerd config default | sed 's/SystemdCgroup = false/SystemdCgroup = true/' > /etc/containerd/config.toml
   # containerd 2.0 and 2.1 leave the option out of their default (containerd#12101): add it to
@@ -66,7 +76,9 @@ if [ "$GPU_MODE" = nvidia ]; then
 fi
 
 # kubelet, kubeadm and kubectl from the official package repository of the tenant's minor, held
-# at the tenant's patch release.
+# at the tenant's patch release. A new version leaves a running kubelet as it is (its package does
+# not restart it, nor does this step): the join restarts it after `kubeadm upgrade node`, once the
+# control plane runs that version, since a kubelet must not be newer than its API server.
 keyring=/etc/apt/keyrings/kubernetes-$KUBERNETES_MINOR.gpg
 repository="$PACKAGE_REPOSITORY/$KUBERNETES_MINOR/deb/"
 install -m 0755 -d /etc/apt/keyrings
@@ -76,7 +88,8 @@ apt_get update -q
 package_version="$(apt-cache madison kubeadm | awk -v v="${KUBERNETES_VERSION#v}-" 'index($3, v) == 1 { print $3; exit }')"
 [ -n "$package_version" ] || { echo "kubeadm $KUBERNETES_VERSION is not in $repository" >&2; exit 1; }
 apt-mark unhold kubelet kubeadm kubectl >/dev/null 2>&1 || true
-apt_get install -y -q --allow-downgrades kubelet="$package_version" kubeadm="$package_version" kubectl="$package_version"
+apt_get install -y -q --no-remove --allow-downgrades \\
+  kubelet="$package_version" kubeadm="$package_version" kubectl="$package_version"
 apt-mark hold kubelet kubeadm kubectl
 systemctl enable kubelet
 """

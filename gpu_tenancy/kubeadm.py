@@ -15,6 +15,8 @@ from .versions import kubernetes_minor
 # kubeadm's default node token group and the usages a join token needs
 # (k8s.io/kubernetes:cmd/kubeadm/app/constants NodeBootstrapTokenAuthGroup, DefaultTokenUsages).
 NODE_BOOTSTRAP_GROUP: Final = "system:bootstrappers:kubeadm:default-node-token"
+# The group of every kubelet's own credentials (constants.NodesGroup).
+NODES_GROUP: Final = "system:nodes"
 TOKEN_USAGES: Final = ("authentication", "signing")
 TOKEN_ID_PATTERN: Final = re.compile(r"^[a-z0-9]{6}$")
 TOKEN_SECRET_PATTERN: Final = re.compile(r"^[a-z0-9]{16}$")
@@ -63,6 +65,8 @@ JOIN_ATTEMPTS: Final = 5
 JOIN_RETRY_SECONDS: Final = 20
 # A machine that has just started (a new worker container) may still be starting containerd.
 RUNTIME_WAIT_SECONDS: Final = 120
+# A restarted kubelet reports its version on the Node within seconds of starting.
+NODE_UPGRADE_WAIT_SECONDS: Final = 120
 
 
 def join_configuration_api(kubernetes_version: str) -> str:
@@ -90,14 +94,23 @@ def join_script(
     A token is made once and expires (``BOOTSTRAP_TOKEN_EXPIRES``, RFC 3339 UTC), after which the
     tenant's tokencleaner deletes it; a join first retried after that (a failed ``pulumi up`` run
     again the next day) stops at once and names ``token_resource``, whose replacement makes a new one.
+
+    The target ``kubernetes_version`` is part of the script itself, so a new version changes the
+    script and re-runs it in place. (In its environment, which an SSH machine records as a trigger,
+    it would replace the join instead, whose delete runs ``kubeadm reset``.) A joined node whose
+    kubelet still reports another version is upgraded as kubeadm's guide for Linux nodes does, the
+    packages being already at the target: ``kubeadm upgrade node``, then a restart of the kubelet.
+    The join runs after its control plane is Ready at that version, so the node never runs ahead of it.
     """
     ignore = f" --ignore-preflight-errors={','.join(preflight_ignores)}" if preflight_ignores else ""
     api = join_configuration_api(kubernetes_version)
     labels = ",".join(f"{key}={value}" for key, value in sorted(node_labels.items()))
     label_args = " ".join(shlex.quote(f"{key}={value}") for key, value in sorted(node_labels.items()))
     node = shlex.quote(node_name)
+    version = shlex.quote(kubernetes_version)
     return f"""set -eu
 : "${{JOIN_ENDPOINT:?}}" "${{JOIN_TOKEN:?}}" "${{JOIN_CA_CERT_HASH:?}}"
+target_version={version}
 # The kubelet sets these labels itself whenever it (re-)registers the node; keep the flags the
 # image or distribution already put in /etc/default/kubelet (kind sets --runtime-cgroups there).
 extra="$(sed -n 's/^KUBELET_EXTRA_ARGS=//p' /etc/default/kubelet 2>/dev/null | sed 's/ *--node-labels=[^ ]*//g')"
@@ -105,6 +118,25 @@ echo "KUBELET_EXTRA_ARGS=${{extra:+$extra }}--node-labels={labels}" > /etc/defau
 if [ -f /etc/kubernetes/kubelet.conf ] && grep -q "server: https://$JOIN_ENDPOINT\\$" /etc/kubernetes/kubelet.conf; then
   echo "already joined to $JOIN_ENDPOINT"
   kubectl --kubeconfig /etc/kubernetes/kubelet.conf label node {node} --overwrite {label_args}
+  # The Node reports what the running kubelet is: a package upgrade replaces the binary only.
+  kubelet_version() {{
+    kubectl --kubeconfig /etc/kubernetes/kubelet.conf get node {node} -o jsonpath='{{.status.nodeInfo.kubeletVersion}}'
+  }}
+  running="$(kubelet_version)"
+  if [ "$running" != "$target_version" ]; then
+    echo "upgrading {node} from kubelet $running to $target_version" >&2
+    kubeadm upgrade node
+    systemctl daemon-reload
+    systemctl restart kubelet
+    waited=0
+    until [ "$(kubelet_version)" = "$target_version" ]; do
+      [ "$waited" -lt {NODE_UPGRADE_WAIT_SECONDS} ] || {{
+        echo "{node} reports kubelet $(kubelet_version), not $target_version, {NODE_UPGRADE_WAIT_SECONDS} s after a restart" >&2
+        exit 1
+      }}
+      sleep 2; waited=$((waited + 2))
+    done
+  fi
   exit 0
 fi
 if [ -n "${{BOOTSTRAP_TOKEN_EXPIRES:-}}" ] &&

@@ -23,8 +23,19 @@ def tool(bin_dir: Path, name: str, body: str) -> None:
 
 
 def run_join(
-    tmp_path: Path, *, failing_joins: int = 0, runtime_starts_after: int = 0, expires: str | None = None
+    tmp_path: Path,
+    *,
+    failing_joins: int = 0,
+    runtime_starts_after: int = 0,
+    expires: str | None = None,
+    version: str = "v1.36.4",
+    restarted_kubelet: str | None = None,
 ) -> tuple[int, list[str], Path]:
+    """Run the join for ``version``; the Node reports the kubelet in ``state/kubelet-version``.
+
+    A fresh join leaves a kubelet of ``version``; ``systemctl restart kubelet`` starts the one the
+    packages installed (``version``), or ``restarted_kubelet`` when given (one that never comes up).
+    """
     etc = tmp_path / "etc"
     (etc / "kubernetes" / "pki").mkdir(parents=True, exist_ok=True)
     (etc / "default").mkdir(exist_ok=True)
@@ -38,8 +49,12 @@ def run_join(
     tool(
         bin_dir,
         "systemctl",
-        f'n=$(cat "{state}/runtime" 2>/dev/null || echo 0); echo $((n + 1)) > "{state}/runtime"\n'
-        f'[ "$n" -ge {runtime_starts_after} ]',
+        f"""case "$1 $2" in
+  "restart kubelet") echo {restarted_kubelet or version} > "{state}/kubelet-version" ;;
+  is-active*)
+    n=$(cat "{state}/runtime" 2>/dev/null || echo 0); echo $((n + 1)) > "{state}/runtime"
+    [ "$n" -ge {runtime_starts_after} ] ;;
+esac""",
     )
     # A failed join leaves what kubeadm's kubelet-start phase writes before the TLS bootstrap.
     tool(
@@ -57,11 +72,12 @@ def run_join(
     n=$(cat "{state}/joins" 2>/dev/null || echo 0); echo $((n + 1)) > "{state}/joins"
     [ "$n" -ge {failing_joins} ] || exit 1
     endpoint=$(sed -n 's/^ *apiServerEndpoint: "\\(.*\\)"$/\\1/p' "$3")
-    printf '    server: https://%s\\n' "$endpoint" > "{k8s}/kubelet.conf" ;;
+    printf '    server: https://%s\\n' "$endpoint" > "{k8s}/kubelet.conf"
+    echo {version} > "{state}/kubelet-version" ;;
 esac""",
     )
-    tool(bin_dir, "kubectl", ":")
-    script = kubeadm.join_script("tenant-a-worker-0", "v1.36.4", ("SystemVerification",), LABELS).replace("/etc/", f"{etc}/")
+    tool(bin_dir, "kubectl", f'case "$*" in *" get node "*) cat "{state}/kubelet-version" ;; esac')
+    script = kubeadm.join_script("tenant-a-worker-0", version, ("SystemVerification",), LABELS).replace("/etc/", f"{etc}/")
     log = tmp_path / "log"
     scratch = tmp_path / "tmp"
     scratch.mkdir(exist_ok=True)
@@ -120,10 +136,33 @@ def test_leftovers_of_an_earlier_run_are_reset_before_joining(tmp_path: Path) ->
 def test_a_joined_machine_only_gets_its_labels_again(tmp_path: Path) -> None:
     run_join(tmp_path)
     (tmp_path / "log").unlink()
-    code, calls, _ = run_join(tmp_path)
+    code, _, _ = run_join(tmp_path)
     assert code == 0
-    assert calls == ["kubectl --kubeconfig"]
-    assert "label node tenant-a-worker-0 --overwrite gpu=on gpu-tenancy.io/tenant=tenant-a" in (tmp_path / "log").read_text()
+    log = (tmp_path / "log").read_text()
+    assert "label node tenant-a-worker-0 --overwrite gpu=on gpu-tenancy.io/tenant=tenant-a" in log
+    # Its kubelet already runs the tenant's version: nothing is upgraded or restarted.
+    assert [line for line in log.splitlines() if line.startswith("kubeadm") or "systemctl restart" in line] == []
+
+
+def test_a_new_version_upgrades_a_joined_node_in_kubeadms_order(tmp_path: Path) -> None:
+    run_join(tmp_path, version="v1.35.7")
+    (tmp_path / "log").unlink()
+    code, _, _ = run_join(tmp_path, version="v1.36.4")  # the setup step installed v1.36.4's packages
+    assert code == 0
+    log = (tmp_path / "log").read_text().splitlines()
+    steps = [line for line in log if line.startswith(("kubeadm", "systemctl")) and "is-active" not in line]
+    # kubeadm's guide for Linux nodes: `kubeadm upgrade node`, then the kubelet restarted on the
+    # new binary; no reset and no new join, which would drop the node's pods and state.
+    assert steps == ["kubeadm upgrade node", "systemctl daemon-reload", "systemctl restart kubelet"]
+    assert (tmp_path / "state" / "kubelet-version").read_text().strip() == "v1.36.4"
+    assert (tmp_path / "state" / "joins").read_text().strip() == "1"
+
+
+def test_an_upgrade_fails_when_the_node_keeps_reporting_the_old_kubelet(tmp_path: Path) -> None:
+    run_join(tmp_path, version="v1.35.7")
+    code, _, _ = run_join(tmp_path, version="v1.36.4", restarted_kubelet="v1.35.7")
+    assert code == 1
+    assert "systemctl restart kubelet" in (tmp_path / "log").read_text()
 
 
 @pytest.mark.parametrize(("starts_after", "code"), [(3, 0), (1000, 1)])

@@ -1,0 +1,187 @@
+"""An SSH worker's lifecycle on one host: preparing it beside Docker CE, and moving it to a new version.
+
+The preparation runs under sh against stand-ins for the package tools and services; paths under
+/etc are moved into a temporary directory. The version change is checked on rendered stacks.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.ssh_worker_machine import _PREPARE, prepare_environment
+from gpu_tenancy import kubeadm
+from tests.conftest import TCP, render_config
+from tests.shell import executable
+from tools import harness
+
+REMOTE = "command:remote:Command"
+BINDING = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
+KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nfake\n-----END OPENSSH PRIVATE KEY-----\n"
+
+# What containerd.io installs as /etc/containerd/config.toml (docker/containerd-packaging:common/containerd.toml).
+DOCKER_CONFIG = 'disabled_plugins = ["cri"]\n\n#root = "/var/lib/containerd"\n#state = "/run/containerd"\n'
+CONTAINERD_DEFAULT = """version = 2
+disabled_plugins = []
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+  SystemdCgroup = false
+"""
+
+
+def run_prepare(tmp_path: Path, containerd_io: str | None, config: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The preparation on a host whose dpkg reports ``containerd.io`` in state ``containerd_io``.
+
+    The apt-get stand-in acts as apt does with ``-y``: asked for the distribution's containerd
+    while containerd.io is on the host, it removes containerd.io (and docker-ce, which needs it),
+    unless ``--no-remove`` makes it refuse.
+    """
+    etc = tmp_path / "etc"
+    for directory in ("modules-load.d", "sysctl.d", "apt/sources.list.d", "containerd"):
+        (etc / directory).mkdir(parents=True, exist_ok=True)
+    (etc / "fstab").write_text("UUID=1 / ext4 defaults 0 1\n")
+    if config is not None:
+        (etc / "containerd" / "config.toml").write_text(config)
+    state = tmp_path / "state"
+    state.mkdir(exist_ok=True)
+    (state / "containerd.io").write_text(containerd_io or "")
+    (state / "default.toml").write_text(CONTAINERD_DEFAULT)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    stand_ins = {
+        "dpkg-query": f'status=$(cat "{state}/containerd.io")\n'
+        '[ -n "$status" ] || { echo "dpkg-query: no packages found matching $4" >&2; exit 1; }\n'
+        'printf %s "$status"',
+        "apt-get": f"""case " $* " in *" install "*" containerd "*)
+  if [ -n "$(cat "{state}/containerd.io")" ]; then
+    case " $* " in *" --no-remove "*) echo "E: Packages need to be removed but remove is disabled." >&2; exit 100 ;; esac
+    : > "{state}/containerd.io"; echo "apt-get removed containerd.io docker-ce" >> "$LOG"
+  fi ;;
+esac""",
+        "apt-cache": 'echo "   kubeadm | 1.36.4-1.1 | https://pkgs.k8s.io/core:/stable:/v1.36/deb  Packages"',
+        "containerd": f'[ "$1 $2" = "config default" ] && cat "{state}/default.toml"',
+        "gpg": ': > "$3"',
+        "systemctl": ":",
+    }
+    for name in ("modprobe", "sysctl", "swapoff", "apt-mark", "curl", *stand_ins):
+        executable(bin_dir / name, f'#!/bin/sh\necho "{name} $*" >> "$LOG"\n{stand_ins.get(name, ":")}\n')
+    return subprocess.run(
+        ["sh", "-c", _PREPARE.replace("/etc/", f"{etc}/")],
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "LOG": str(tmp_path / "log"), **prepare_environment("v1.36.4", "mock")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def calls(tmp_path: Path, prefix: str) -> list[str]:
+    return [line for line in (tmp_path / "log").read_text().splitlines() if line.startswith(prefix)]
+
+
+@pytest.mark.parametrize("status", ["install ok installed", "hold ok installed"])
+def test_a_docker_ce_host_keeps_its_containerd_and_gets_cri(tmp_path: Path, status: str) -> None:
+    result = run_prepare(tmp_path, status, DOCKER_CONFIG)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "state" / "containerd.io").read_text() == status, "docker-ce and containerd.io stay"
+    (runtime_install, _) = calls(tmp_path, "apt-get -o DPkg::Lock::Timeout=600 install")
+    assert " containerd " not in f"{runtime_install} "
+    # containerd.io ships with the CRI plugin off; kubelet needs it, with the systemd cgroup driver.
+    config = (tmp_path / "etc" / "containerd" / "config.toml").read_text()
+    assert 'disabled_plugins = ["cri"]' not in config and "SystemdCgroup = true" in config
+    assert "systemctl restart containerd" in calls(tmp_path, "systemctl")
+
+
+def test_cri_is_enabled_again_where_the_cgroup_driver_is_already_set(tmp_path: Path) -> None:
+    # A host whose config.toml has the driver but still disables CRI (Docker's file, edited).
+    result = run_prepare(tmp_path, "install ok installed", DOCKER_CONFIG + "SystemdCgroup = true\n")
+    assert result.returncode == 0, result.stderr
+    assert 'disabled_plugins = ["cri"]' not in (tmp_path / "etc" / "containerd" / "config.toml").read_text()
+
+
+def test_a_host_without_docker_gets_the_distributions_containerd(tmp_path: Path) -> None:
+    result = run_prepare(tmp_path, None)
+    assert result.returncode == 0, result.stderr
+    installs = calls(tmp_path, "apt-get -o DPkg::Lock::Timeout=600 install")
+    assert " containerd " in f"{installs[0]} "
+    # apt removes nothing the host has: a conflict stops the preparation instead.
+    assert all(" --no-remove " in install for install in installs)
+    assert "SystemdCgroup = true" in (tmp_path / "etc" / "containerd" / "config.toml").read_text()
+
+
+def test_a_conflict_fails_the_preparation_instead_of_removing_packages(tmp_path: Path) -> None:
+    # containerd.io half-installed is not dpkg's "installed", but apt would still remove it.
+    result = run_prepare(tmp_path, "install ok half-configured")
+    assert result.returncode == 100
+    assert "remove is disabled" in result.stderr
+    assert (tmp_path / "state" / "containerd.io").read_text() == "install ok half-configured"
+    assert calls(tmp_path, "apt-get removed") == []
+
+
+def test_the_preparation_never_restarts_kubelet(tmp_path: Path) -> None:
+    # A new version's packages land before the control plane is upgraded; the running kubelet
+    # must stay on the old version until the join upgrades the node after it.
+    result = run_prepare(tmp_path, None)
+    assert result.returncode == 0, result.stderr
+    assert [c for c in calls(tmp_path, "systemctl") if "kubelet" in c] == ["systemctl enable kubelet"]
+
+
+# --- a version change on a rendered stack ----------------------------------------------------------
+
+
+def ssh_stack(version: str) -> dict[str, Any]:
+    return {
+        "management": {"mode": "existing", "kubeconfig": "apiVersion: v1\nkind: Config\nclusters: []\n"},
+        "network": {"pool": "10.0.100.10-10.0.100.50"},
+        "tenants": [
+            {
+                "name": "prod-a",
+                "kubernetesVersion": version,
+                "gpuMode": "nvidia",
+                "workers": [{"name": "gpu-host-1", "ssh": {"host": "10.0.0.11", "user": "ubuntu", "privateKey": KEY}}],
+            }
+        ],
+    }
+
+
+@pytest.fixture(scope="module")
+def before() -> harness.Render:
+    return render_config(ssh_stack("v1.35.7"), show_secrets=True)
+
+
+@pytest.fixture(scope="module")
+def after() -> harness.Render:
+    return render_config(ssh_stack("v1.36.4"), show_secrets=True)
+
+
+def test_a_new_version_reruns_the_join_in_place(before: harness.Render, after: harness.Render) -> None:
+    old, new = before.one(REMOTE, "gpu-host-1-join")["inputs"], after.one(REMOTE, "gpu-host-1-join")["inputs"]
+    # Same triggers: no replacement, whose delete would `kubeadm reset` the node. A new script:
+    # pulumi-command runs it again, and it upgrades the joined node.
+    assert old["triggers"] == new["triggers"]
+    assert old["stdin"] != new["stdin"]
+    assert "\ntarget_version=v1.36.4\n" in new["stdin"] and "kubeadm upgrade node" in new["stdin"]
+    prepare_old, prepare_new = (r.one(REMOTE, "gpu-host-1-prepare")["inputs"] for r in (before, after))
+    assert prepare_old["triggers"] == prepare_new["triggers"]
+    assert "KUBERNETES_VERSION=v1.36.4\n" in prepare_new["stdin"]
+
+
+def test_the_node_is_upgraded_after_its_control_plane(after: harness.Render) -> None:
+    join = after.one(REMOTE, "gpu-host-1-join")
+    assert after.waits_for(join, after.one(TCP, "prod-a"))
+    assert after.one(REMOTE, "gpu-host-1-prepare")["urn"] in join["dependencies"]
+    # The TCP's update returns only once Kamaji runs the requested version.
+    assert "version.version}=v1.36.4" in after.one(TCP, "prod-a")["inputs"]["metadata"]["annotations"]["pulumi.com/waitFor"]
+
+
+def test_nodes_may_read_what_kubeadm_upgrade_node_reads(after: harness.Render) -> None:
+    # `kubeadm upgrade node` reads kubeadm-config and kubelet-config as the node (kubelet.conf).
+    binding = after.one(BINDING, "prod-a-node-config-reader")
+    assert binding["inputs"]["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": kubeadm.NODES_GROUP}
+    ]
+    role = after.one("kubernetes:rbac.authorization.k8s.io/v1:Role", "prod-a-bootstrap-config-reader")["inputs"]
+    assert binding["inputs"]["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["urn"] in after.one(REMOTE, "gpu-host-1-join")["dependencies"]
