@@ -14,7 +14,6 @@ from .worker_machine import WorkerMachine
 # A token outlives its join only long enough to retry one; the kubelet has certificates after.
 TOKEN_TTL_HOURS = 24
 BOOTSTRAP_READER = "gpu-tenancy:bootstrap-config-reader"
-NODE_READER = "gpu-tenancy:node-config-reader"
 
 
 # Leaving undoes the join on the machine. The Node object stays in the tenant, NotReady: a kubelet
@@ -30,10 +29,10 @@ class JoinPermissions(pulumi.ComponentResource):
 
     kubeadm 1.36 reads ``kube-system/kubeadm-config`` and ``kubelet-config`` with the bootstrap
     token; a public Kamaji 26.8 + v1.36.4 lab found no RBAC granting it (see README, joins). One
-    Role with ``get`` on exactly those two names, bound to kubeadm's node-token group, and bound
-    again to the nodes' group: ``kubeadm upgrade node`` reads the same two with the node's own
-    credentials (``kubelet.conf``) when a joined host moves to a new version. Upstream kubeadm
-    grants both groups the same (its ``kubeadm:nodes-kubeadm-config`` and ``kubeadm:kubelet-config``).
+    Role with ``get`` on exactly those two names, bound to kubeadm's node-token group and to the
+    nodes' group: ``kubeadm upgrade node`` reads the same two with the node's own credentials
+    (``kubelet.conf``) when a joined host moves to a new version. Upstream kubeadm grants both
+    groups the same (its ``kubeadm:nodes-kubeadm-config`` and ``kubeadm:kubelet-config``).
     """
 
     def __init__(self, name: str, provider: k8s.Provider, opts: pulumi.ResourceOptions | None = None) -> None:
@@ -59,15 +58,9 @@ class JoinPermissions(pulumi.ComponentResource):
             metadata=metadata,
             role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role", name=role.metadata["name"]),
             subjects=[
-                k8s.rbac.v1.SubjectArgs(api_group="rbac.authorization.k8s.io", kind="Group", name=kubeadm.NODE_BOOTSTRAP_GROUP)
+                k8s.rbac.v1.SubjectArgs(api_group="rbac.authorization.k8s.io", kind="Group", name=group)
+                for group in (kubeadm.NODE_BOOTSTRAP_GROUP, kubeadm.NODES_GROUP)
             ],
-            opts=pulumi.ResourceOptions(parent=self),
-        )
-        self.node_binding = k8s.rbac.v1.RoleBinding(
-            f"{name}-node-config-reader",
-            metadata={"name": NODE_READER, "namespace": "kube-system"},
-            role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role", name=role.metadata["name"]),
-            subjects=[k8s.rbac.v1.SubjectArgs(api_group="rbac.authorization.k8s.io", kind="Group", name=kubeadm.NODES_GROUP)],
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({})
@@ -147,8 +140,6 @@ class WorkerJoin(pulumi.ComponentResource):
             secrets={conventions.ENV_JOIN_TOKEN: token},
             delete=LEAVE_SCRIPT,
             triggers=[token, endpoint],
-            opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[token_secret_resource, permissions.binding, permissions.node_binding]
-            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[token_secret_resource, permissions.binding]),
         )
         self.register_outputs({})

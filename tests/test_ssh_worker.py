@@ -178,9 +178,9 @@ def test_the_node_is_upgraded_after_its_control_plane(after: harness.Render) -> 
 
 def test_nodes_may_read_what_kubeadm_upgrade_node_reads(after: harness.Render) -> None:
     # `kubeadm upgrade node` reads kubeadm-config and kubelet-config as the node (kubelet.conf).
-    binding = after.one(BINDING, "prod-a-node-config-reader")
-    assert binding["inputs"]["subjects"] == [
-        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": kubeadm.NODES_GROUP}
+    binding = after.one(BINDING, "prod-a-bootstrap-config-reader")
+    assert {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": kubeadm.NODES_GROUP} in binding["inputs"][
+        "subjects"
     ]
     role = after.one("kubernetes:rbac.authorization.k8s.io/v1:Role", "prod-a-bootstrap-config-reader")["inputs"]
     assert binding["inputs"]["roleRef"]["name"] == role["metadata"]["name"]

@@ -270,7 +270,8 @@ def test_join_waits_for_its_tcp_and_its_token(dev: harness.Render) -> None:
     assert not dev.waits_for(join, dev.one(TCP, "tenant-b"))
 
 
-def test_bootstrappers_may_read_exactly_the_join_configmaps(dev: harness.Render) -> None:
+def test_bootstrappers_and_nodes_may_read_exactly_the_join_configmaps(dev: harness.Render) -> None:
+    # Nodes read them in `kubeadm upgrade node`, with kubelet.conf.
     role = dev.one(ROLE, "tenant-a-bootstrap-config-reader")["inputs"]
     assert role["metadata"]["namespace"] == "kube-system"
     assert role["rules"] == [
@@ -278,7 +279,8 @@ def test_bootstrappers_may_read_exactly_the_join_configmaps(dev: harness.Render)
     ]
     binding = dev.one(BINDING, "tenant-a-bootstrap-config-reader")["inputs"]
     assert binding["subjects"] == [
-        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:bootstrappers:kubeadm:default-node-token"}
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:bootstrappers:kubeadm:default-node-token"},
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"},
     ]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
     assert dev.one(ROLE, "tenant-a-bootstrap-config-reader")["provider"] == dev.one(K8S_PROVIDER, "tenant-a")["urn"]
