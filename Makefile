@@ -7,6 +7,7 @@ SHELL := /usr/bin/env bash
 ## PYTHON=python3     the interpreter the virtualenv is made with (3.11+), e.g. make up PYTHON=python3.12
 ## UP_FLAGS=--yes     pulumi flags of up and destroy: neither prompts; make destroy UP_FLAGS= asks first
 ## TENANT=<name>      the tenant make kubeconfig prints the kubeconfig of
+## INOTIFY_CHECK=fail  below the README's inotify limits make up stops; =warn only warns
 PYTHON ?= python3
 STACK ?= dev
 VENV := .venv
@@ -22,6 +23,7 @@ endif
 INOTIFY_MAX_USER_INSTANCES := 1024
 INOTIFY_MAX_USER_WATCHES := 524288
 INOTIFY_DIR ?= /proc/sys/fs/inotify
+INOTIFY_CHECK ?= fail
 # kind and pulumi from .tools/bin when the host has none; the program's commands inherit this PATH.
 export PATH := $(CURDIR)/$(TOOLS)/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 UP_FLAGS ?= --yes
@@ -50,19 +52,22 @@ tools: ## Fetch kind and the Pulumi CLI into .tools/bin unless those on PATH fit
 	@[ -n "$(KIND_VERSION)" ] && [ -n "$(PULUMI_VERSION)" ] || { echo "could not read the pinned versions from gpu_tenancy/versions.py with $(PYTHON) (Python 3.11+; e.g. make up PYTHON=python3.12)" >&2; exit 1; }
 	@scripts/fetch-tools.sh $(TOOLS) $(KIND_VERSION) $(PULUMI_VERSION)
 
-preflight: ## Check that the Docker daemon answers, and warn below the README's inotify limits.
+preflight: ## Check that the Docker daemon answers and the inotify limits suffice (README, Prerequisites).
 	@command -v docker >/dev/null || { echo "Docker is required: https://docs.docker.com/engine/install/" >&2; exit 1; }
 	@if ! error="$$(docker info 2>&1 >/dev/null)"; then \
 	  echo "docker info failed: $$(printf '%s\n' "$$error" | sed -n '/./{p;q;}')" >&2; \
 	  echo "Start Docker (Docker Desktop, or sudo systemctl start docker), or on 'permission denied' add yourself to the docker group (sudo usermod -aG docker \$$USER, then log in again)." >&2; \
 	  exit 1; \
 	fi
-	@for limit in max_user_instances=$(INOTIFY_MAX_USER_INSTANCES) max_user_watches=$(INOTIFY_MAX_USER_WATCHES); do \
+	@# Below them, workers fail much later with messages that do not name inotify: stop here.
+	@low=0; level=error; [ "$(INOTIFY_CHECK)" = warn ] && level=warning; \
+	for limit in max_user_instances=$(INOTIFY_MAX_USER_INSTANCES) max_user_watches=$(INOTIFY_MAX_USER_WATCHES); do \
 	  key="$${limit%=*}" want="$${limit#*=}"; \
 	  [ -r "$(INOTIFY_DIR)/$$key" ] || continue; \
 	  have="$$(cat "$(INOTIFY_DIR)/$$key")"; \
-	  [ "$$have" -ge "$$want" ] || echo "warning: fs.inotify.$$key is $$have, below $$want: tenant workers may exit 255 (too many open files); sudo sysctl fs.inotify.$$key=$$want (README, Prerequisites)" >&2; \
-	done
+	  [ "$$have" -ge "$$want" ] || { low=1; echo "$$level: fs.inotify.$$key is $$have, below $$want: tenant workers may exit 255 (too many open files); sudo sysctl fs.inotify.$$key=$$want (README, Prerequisites)" >&2; }; \
+	done; \
+	if [ "$$low" = 1 ] && [ "$$level" = error ]; then echo "Raise the limits, or go on anyway with make up INOTIFY_CHECK=warn." >&2; exit 1; fi
 
 up: preflight venv tools ## Deploy the stack with pulumi up (checks Docker first).
 	$(PULUMI) up --stack $(STACK) $(UP_FLAGS)

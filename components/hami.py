@@ -92,7 +92,6 @@ class Hami(pulumi.ComponentResource):
             hami_values(kubernetes_version, mock_devices, mock_device_plugin_tag),
             # Its webhook certificate jobs and scheduler need schedulable, networked nodes.
             pulumi.ResourceOptions(parent=self, depends_on=depends_on),
-            timeout=900,
         )
         if quota is not None:
             namespace_opts = pulumi.ResourceOptions(parent=self)

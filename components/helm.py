@@ -9,6 +9,8 @@ import pulumi_kubernetes as k8s
 
 from gpu_tenancy.versions import CHART_REPOSITORIES
 
+FIRST_INSTALL_TIMEOUT_SECONDS = 900
+
 
 def chart(
     name: str,
@@ -33,6 +35,9 @@ def chart(
     ``allow_null_values`` cannot carry it, while the provider keeps the nulls of a values file
     from v4.30 on (pulumi/pulumi-kubernetes#3811, #4293).
     """
+    # Helm waits 300 s by default; a first install on a laptop pulls every image of the chart
+    # (cert-manager's and MetalLB's right after kind create, together), which can take longer.
+    kwargs.setdefault("timeout", FIRST_INSTALL_TIMEOUT_SECONDS)
     if unset:
         kwargs["value_yaml_files"] = [pulumi.StringAsset("".join(f"{key}: null\n" for key in unset))]
     return k8s.helm.v3.Release(

@@ -127,8 +127,5 @@ class ManagementCluster(pulumi.ComponentResource):
             {},
             pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=before_kamaji)),
             unset=["resources"],
-            # Helm's default 300 s is short for a first install on a laptop: Kamaji's image, the
-            # three-replica kamaji-etcd with its volumes and the chart's hook jobs all come up here.
-            timeout=900,
         )
         self.register_outputs({})

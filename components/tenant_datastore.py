@@ -41,6 +41,5 @@ class DedicatedDataStore(pulumi.ComponentResource):
             # Children do not inherit a component's depends_on; the release itself waits.
             pulumi.ResourceOptions(parent=self, depends_on=depends_on),
             chart_name="kamaji-etcd",
-            timeout=900,
         )
         self.register_outputs({"dataStore": self.name})

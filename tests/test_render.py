@@ -163,3 +163,11 @@ def test_cli_exits_2_on_a_missing_file(tmp_path: Path) -> None:
     result = run_cli("--config", str(tmp_path / "Pulumi.none.yaml"))
     assert result.returncode == 2
     assert "no such stack config file" in result.stderr
+
+
+def test_every_helm_release_waits_long_enough_for_a_first_install(dev: harness.Render) -> None:
+    # Helm's default 300 s: cert-manager and MetalLB pull their images together right after kind
+    # create, and a laptop's network can take longer.
+    releases = dev.find("kubernetes:helm.sh/v3:Release")
+    assert len(releases) == 9  # cert-manager, MetalLB, Kamaji; per tenant two Calico charts and HAMi
+    assert all(release["inputs"]["timeout"] == 900 for release in releases), [r["name"] for r in releases]

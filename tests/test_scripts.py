@@ -581,8 +581,10 @@ def test_preflight_fails_when_the_docker_daemon_does_not_answer(tmp_path: Path, 
 
 
 @needs_make
+@pytest.mark.parametrize("check", ["fail", "warn"])
 @pytest.mark.parametrize("limits", ["low", "enough", "absent"])
-def test_preflight_warns_below_the_readme_inotify_limits(tmp_path: Path, limits: str) -> None:
+def test_preflight_stops_below_the_readme_inotify_limits_unless_told_to_warn(tmp_path: Path, limits: str, check: str) -> None:
+    # Below them workers fail much later, with messages that do not name inotify.
     wanted = readme_inotify_limits()
     assert set(wanted) == {"max_user_instances", "max_user_watches"}
     inotify = tmp_path / "inotify"
@@ -590,16 +592,22 @@ def test_preflight_warns_below_the_readme_inotify_limits(tmp_path: Path, limits:
         inotify.mkdir()
         for key, want in wanted.items():
             (inotify / key).write_text(f"{want - 1 if limits == 'low' else want}\n")
-    result = run_make(tmp_path, "preflight", f"INOTIFY_DIR={inotify}", path=str(fake_docker(tmp_path)))
-    assert result.returncode == 0, result.stderr
-    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: fs.inotify.")]
+    extra = [] if check == "fail" else ["INOTIFY_CHECK=warn"]
+    result = run_make(tmp_path, "preflight", f"INOTIFY_DIR={inotify}", *extra, path=str(fake_docker(tmp_path)))
+    level = "error" if check == "fail" else "warning"
+    messages = [line for line in result.stderr.splitlines() if line.startswith(f"{level}: fs.inotify.")]
     if limits == "low":
-        assert len(warnings) == 2
+        assert len(messages) == 2
         for key, want in wanted.items():
-            assert any(f"fs.inotify.{key} is {want - 1}, below {want}" in line for line in warnings)
-            assert any(f"sudo sysctl fs.inotify.{key}={want}" in line for line in warnings)
+            assert any(f"fs.inotify.{key} is {want - 1}, below {want}" in line for line in messages)
+            assert any(f"sudo sysctl fs.inotify.{key}={want}" in line for line in messages)
     else:
-        assert warnings == []
+        assert messages == []
+    if limits == "low" and check == "fail":
+        assert result.returncode != 0
+        assert "make up INOTIFY_CHECK=warn" in result.stderr
+    else:
+        assert result.returncode == 0, result.stderr
 
 
 @needs_make
