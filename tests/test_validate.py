@@ -13,6 +13,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from gpu_tenancy.config import StackConfig, Tenant
 from gpu_tenancy.stack_file import load_stack_config
 from tests.shell import executable
 from tools import validate
-from tools.validation import checks, expect, interrupts, kube, outputs, report, runner
+from tools.validation import checks, context, expect, interrupts, kube, outputs, report, runner
 from tools.validation.context import RUN_LABEL, Cleanup, Run, Settings, Target
 from tools.validation.kube import ApiRefused, EventView, KubeError, NodeView, PodView, TlsRefused, Unreachable, Workload
 
@@ -1174,6 +1175,42 @@ def test_scratch_namespaces_are_deleted_even_when_the_run_is_interrupted():
         assert fake.leftovers() == []
 
 
+def test_long_tenant_names_sharing_a_prefix_get_distinct_scratch_namespaces():
+    # The scratch namespace is also the marker the isolation check looks for in other tenants.
+    names = ["research-platform-gpu-inference-europe-west-000a", "research-platform-gpu-inference-europe-west-000b"]
+    namespaces = [context.scratch_namespace("abc123", name) for name in names]
+    assert namespaces[0] != namespaces[1]
+    assert all(len(ns) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", ns) for ns in namespaces)
+    assert context.scratch_namespace("abc123", "tenant-a") == "validate-abc123-tenant-a"
+    raw = {"tenants": [{"name": name} for name in names]}
+    w = world(StackConfig.load(raw))
+    isolation = rows(runner.run_checks(w.run(["isolation"])), "isolation")
+    assert {tenant: row.status for tenant, row in isolation.items()} == dict.fromkeys(names, report.PASS), report.table(
+        list(isolation.values())
+    )
+
+
+def test_an_interrupt_while_a_check_cleans_up_still_deletes_its_probes():
+    # The quota probes live in the quota's namespace, which no scratch-namespace deletion takes along.
+    w = world()
+    fake = w.tenants["tenant-a"]
+    delete_pod = fake.delete_pod
+    interrupted: list[tuple[str, str]] = []
+
+    def interrupt_once(namespace: str, name: str) -> None:
+        if namespace == "default" and not interrupted:
+            interrupted.append((namespace, name))
+            raise KeyboardInterrupt
+        delete_pod(namespace, name)
+
+    fake.delete_pod = interrupt_once  # type: ignore[method-assign]
+    with pytest.raises(runner.Interrupted) as stopped:
+        runner.run_checks(w.run(["quota"]))
+    assert interrupted, "the interrupt hit the quota probes' deletion"
+    assert stopped.value.leftovers == []
+    assert fake.leftovers() == []
+
+
 def test_an_interrupted_cli_run_cleans_up_and_exits_130(tmp_path):
     w = world()
     w.tenants["tenant-a"].fail_on["pod_exec"] = KeyboardInterrupt()  # type: ignore[assignment]
@@ -1424,6 +1461,27 @@ def test_a_real_unreachable_api_is_reported_quickly_through_the_real_client(tmp_
     outputs_file.write_text(json.dumps(document))
     code, out, err = run_cli(["--outputs", str(outputs_file), "--config", str(DEV_FILE)])
     assert_unavailable(code, out, err, "management cluster API does not answer", "no answer")
+
+
+@pytest.mark.parametrize("variable", ["NO_PROXY", "no_proxy"])
+def test_no_proxy_is_honoured_behind_a_proxy(monkeypatch, variable):
+    # kubernetes-client/python#2460: the client reads HTTPS_PROXY and drops NO_PROXY, so kind's
+    # 127.0.0.1 and the tenant VIPs went to the proxy.
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+    monkeypatch.setenv(variable, "127.0.0.1,172.18.0.0/16")
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1", "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": SECRET}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
+    with pytest.raises(kube.Unreachable) as refused:
+        kube.connect(yaml.safe_dump(config)).server_version()
+    assert "proxy" not in str(refused.value).lower()
 
 
 def test_unreadable_outputs_file_or_stack_config_exit_2(tmp_path):

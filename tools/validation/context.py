@@ -8,6 +8,7 @@ creating it; the runner deletes it all when the check ends and waits until delet
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import time
 from collections.abc import Callable
@@ -110,8 +111,16 @@ def new_run_id() -> str:
 
 
 def scratch_namespace(run_id: str, tenant: str) -> str:
-    # Per tenant, so that it doubles as the marker the isolation check looks for elsewhere.
-    return f"validate-{run_id}-{tenant}"[:63].rstrip("-")
+    """Per tenant, so that it doubles as the marker the isolation check looks for elsewhere.
+
+    A name too long for a namespace keeps a digest of the whole tenant name: two tenants sharing
+    a long prefix must not share a marker.
+    """
+    name = f"validate-{run_id}-{tenant}"
+    if len(name) <= 63:
+        return name
+    digest = hashlib.sha256(tenant.encode()).hexdigest()[:8]
+    return f"{name[: 63 - len(digest) - 1].rstrip('-')}-{digest}"
 
 
 class Cleanup:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import ssl
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -480,6 +481,10 @@ def connect(kubeconfig: str, *, server: str | None = None, verify: bool = True) 
         raise KubeError("the kubeconfig is not a YAML mapping")
     configuration = type.__call__(client.Configuration)
     configuration.retries = RETRIES
+    # The client reads HTTPS_PROXY but then drops NO_PROXY (kubernetes-client/python#2460), so
+    # a host behind a proxy would send kind's 127.0.0.1 and the tenant VIPs through it. Honour it
+    # as kubectl does, in the client's own order of the variables.
+    configuration.no_proxy = os.environ.get("no_proxy") or os.environ.get("NO_PROXY") or None
     try:
         document = retarget(document, server, verify)
         endpoint = str(_current_cluster(document)["server"])

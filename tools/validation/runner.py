@@ -106,7 +106,12 @@ def guarded(run: Run, check_ids: Sequence[str], tenant: str, body: Body) -> list
         results = [failed(check, tenant, f"internal error: {type(error).__name__}: {error}") for check in check_ids]
     except KeyboardInterrupt as interrupt:
         raise Interrupted([*_leftovers(interrupt), *_clean_up_after_interrupt(cleanup.run)]) from None
-    problems = cleanup.run()
+    try:
+        problems = cleanup.run()
+    except KeyboardInterrupt:
+        # Interrupted while deleting: delete again (a pod already gone is no error), since the
+        # probes outside scratch namespaces (the quota's) go with nothing else.
+        raise Interrupted(_clean_up_after_interrupt(cleanup.run)) from None
     seconds = run.clock.monotonic() - started
     results = [replace(r, seconds=seconds) for r in results if r.check in wanted]
     return [r.with_problem("; ".join(problems)) for r in results] if problems else results
