@@ -134,6 +134,9 @@ class FakeKube:
     force_bind: set[str] = field(default_factory=set)  # pods "HAMi" places whatever the model says
     tie_break: str | None = None  # the node "HAMi" picks among equally scored ones (goroutine timing)
     messages: dict[str, str] = field(default_factory=dict)  # pod -> the FailedScheduling text "HAMi" gives
+    # Pods for which "HAMi" also records its own FilteringFailed events, one per reason
+    # (Project-HAMi/HAMi:pkg/scheduler/score.go: "<n> nodes <Reason>(<nodes>)").
+    filtering_events: set[str] = field(default_factory=set)
     refusals: dict[str, Exception] = field(default_factory=dict)  # pod -> what the API server answers its create with
     fail_on: dict[str, Exception] = field(default_factory=dict)  # method name -> error it raises
     pods: dict[tuple[str, str], FakePod] = field(default_factory=dict)
@@ -262,6 +265,10 @@ class FakeKube:
             self.pods[(namespace, name)] = FakePod(view)
             message = self.messages.get(name, result.message)
             self._event(namespace, name, "FailedScheduling", message + " preemption: 0/1 nodes are available.")
+            if name in self.filtering_events:
+                for reason in result.reasons:
+                    nodes = sorted(node for node, text in result.node_reasons.items() if reason in text)
+                    self._event(namespace, name, "FilteringFailed", f"{len(nodes)} nodes {reason}({','.join(nodes)})")
             return view
         annotations = {expect.ALLOCATED_ANNOTATION: _encode_allocation(result.devices), expect.VGPU_NODE_ANNOTATION: result.node}
         # HAMi's Filter has decided (and counts the cards); binding may still fail.
@@ -909,6 +916,18 @@ def test_fractional_next_fails_when_the_next_pod_is_placed_or_pending_for_anothe
     assert "no event with the model's reasons (CardInsufficientCore)" in result.detail
     assert "last: 0/1 nodes are available: 1 1/1 CardInsufficientMemory." in result.detail
     assert w.tenants["tenant-a"].leftovers() == []
+
+
+def test_fractional_next_reads_hamis_own_events_when_the_aggregated_one_is_stale():
+    # kube-scheduler's events series keeps a pod's first FailedScheduling message (client-go
+    # tools/events getKey leaves the message out); after a transient first attempt only HAMi's
+    # FilteringFailed events carry the current reasons.
+    w = world()
+    w.tenants["tenant-a"].messages["fit-4"] = "0/1 nodes are available: 1 node unregistered."
+    w.tenants["tenant-a"].filtering_events.add("fit-4")
+    result = run_one(w, "fractional-next")["tenant-a"]
+    assert result.status == report.PASS, result.detail
+    assert "1 nodes CardInsufficientCore(tenant-a-worker-0)" in result.detail
 
 
 def test_fractional_fit_fails_when_a_probe_the_model_places_stays_pending():
