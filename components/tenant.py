@@ -78,7 +78,12 @@ class Tenant(pulumi.ComponentResource):
         name = config.name
         child = pulumi.ResourceOptions(parent=self)
         provider = self.control_plane.provider
-        permissions = JoinPermissions(name, provider, child)
+        # What the program puts in the tenant cluster goes with its TCP: when the tenant goes, Pulumi
+        # skips uninstalling Calico and HAMi (hook jobs, waits of up to the release timeout) and
+        # deleting RBAC and tokens one by one. The joins still run their kubeadm reset: an SSH
+        # host outlives its tenant.
+        in_cluster = pulumi.ResourceOptions(parent=self, deleted_with=self.control_plane.cluster)
+        permissions = JoinPermissions(name, provider, in_cluster)
 
         joins: dict[str, pulumi.Resource] = {}
         for worker in config.workers:
@@ -93,6 +98,7 @@ class Tenant(pulumi.ComponentResource):
                 provider,
                 permissions,
                 node_labels=labels,
+                cluster=self.control_plane.cluster,
                 opts=child,
             )
             joins[worker.name] = join.join
@@ -106,7 +112,7 @@ class Tenant(pulumi.ComponentResource):
             list(joins.values()),
             nested_nodes,
             rootless,
-            child,
+            in_cluster,
         )
         mock_devices = config.gpu_mode == "mock"
         # Simulated cards are registered on their nodes before HAMi starts, as real ones are there
@@ -126,7 +132,7 @@ class Tenant(pulumi.ComponentResource):
             quota=config.quota,
             provider=provider,
             depends_on=[*joins.values(), *network.ready, *registrations],
-            opts=child,
+            opts=in_cluster,
         )
 
     def _outputs(self, config: TenantConfig) -> dict[str, Any]:

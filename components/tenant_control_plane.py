@@ -183,6 +183,8 @@ class TenantControlPlane(pulumi.ComponentResource):
     endpoint: pulumi.Output[str]  # host:port the workers join
     namespace: str
     provider: k8s.Provider
+    # The tenant cluster itself: what lives in it is gone with it (``deleted_with``).
+    cluster: pulumi.CustomResource
 
     def __init__(
         self,
@@ -225,6 +227,7 @@ class TenantControlPlane(pulumi.ComponentResource):
                 parent=self, depends_on=[*depends_on, *prerequisites], custom_timeouts=pulumi.CustomTimeouts(create="20m")
             ),
         )
+        self.cluster = tcp
         # Kamaji names the Secret in the TCP's status; reading it by that output defers the read
         # until the TCP exists, so a preview of a fresh stack does not look for it.
         admin = k8s.core.v1.Secret.get(

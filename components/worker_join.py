@@ -86,6 +86,7 @@ class WorkerJoin(pulumi.ComponentResource):
         provider: k8s.Provider,
         permissions: JoinPermissions,
         node_labels: dict[str, str],
+        cluster: pulumi.Resource,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("gpu-tenancy:worker:WorkerJoin", name, None, opts)
@@ -124,7 +125,8 @@ class WorkerJoin(pulumi.ComponentResource):
                     )
                 )
             ),
-            opts=pulumi.ResourceOptions(parent=self, provider=provider),
+            # The token lives in the tenant cluster and goes with it (``cluster``, its TCP).
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, deleted_with=cluster),
         )
         self.join = machine.run(
             f"{name}-join",

@@ -183,3 +183,17 @@ def test_a_tenant_without_workers_is_its_control_plane_only() -> None:
     assert render.outputs["tenants"]["tenant-b"]["endpoint"].startswith("https://")
     # The other tenant keeps everything.
     assert render.one(RELEASE, "tenant-a-hami") and render.one(RELEASE, "tenant-a-calico")
+
+
+def test_what_lives_in_the_tenant_goes_with_its_tcp(dev: harness.Render) -> None:
+    # Removing a tenant skips uninstalling Calico and HAMi (hook jobs, release timeouts) and
+    # deleting RBAC and tokens; children inherit deletedWith from their component in the engine
+    # (pulumi/docs#18681). The joins still run kubeadm reset: an SSH host outlives its tenant.
+    for tenant in ("tenant-a", "tenant-b"):
+        tcp = dev.one(TCP, tenant)["urn"]
+        for kind in ("gpu-tenancy:tenant:TenantNetwork", "gpu-tenancy:tenant:Hami", "gpu-tenancy:worker:JoinPermissions"):
+            assert dev.one(kind, tenant)["options"]["deletedWith"] == tcp
+        assert dev.one(SECRET, f"{tenant}-worker-0-bootstrap-token")["options"]["deletedWith"] == tcp
+        for command in dev.find("command:local:Command"):
+            if command["name"].startswith(tenant):
+                assert "deletedWith" not in command.get("options", {}), command["name"]
