@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 import urllib3
+import websocket
 import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
@@ -130,6 +131,8 @@ class FakeKube:
     webhook_mutates: bool = True
     quota_enforced: bool = True
     binds: bool = True
+    # False: pods are bound without HAMi's allocation annotation, as the default scheduler binds them.
+    annotates: bool = True
     exec_output: str = "pause.c v3.10\n"
     force_bind: set[str] = field(default_factory=set)  # pods "HAMi" places whatever the model says
     tie_break: str | None = None  # the node "HAMi" picks among equally scored ones (goroutine timing)
@@ -138,6 +141,8 @@ class FakeKube:
     # (Project-HAMi/HAMi:pkg/scheduler/score.go: "<n> nodes <Reason>(<nodes>)").
     filtering_events: set[str] = field(default_factory=set)
     refusals: dict[str, Exception] = field(default_factory=dict)  # pod -> what the API server answers its create with
+    # Pods "HAMi" refuses but that get bound (uncounted) right after their events are read: a race.
+    bind_after_events: set[str] = field(default_factory=set)
     fail_on: dict[str, Exception] = field(default_factory=dict)  # method name -> error it raises
     pods: dict[tuple[str, str], FakePod] = field(default_factory=dict)
     events: dict[tuple[str, str], list[EventView]] = field(default_factory=dict)
@@ -271,6 +276,8 @@ class FakeKube:
                     self._event(namespace, name, "FilteringFailed", f"{len(nodes)} nodes {reason}({','.join(nodes)})")
             return view
         annotations = {expect.ALLOCATED_ANNOTATION: _encode_allocation(result.devices), expect.VGPU_NODE_ANNOTATION: result.node}
+        if not self.annotates:
+            annotations = {}
         # HAMi's Filter has decided (and counts the cards); binding may still fail.
         placed = replace(view, annotations=annotations)
         if self.binds:
@@ -300,7 +307,11 @@ class FakeKube:
         return [pod.view for (ns, _), pod in self.pods.items() if namespace in (None, ns)]
 
     def pod_events(self, namespace: str, name: str) -> list[EventView]:
-        return list(self.events.get((namespace, name), []))
+        events = list(self.events.get((namespace, name), []))
+        pod = self.pods.get((namespace, name))
+        if name in self.bind_after_events and pod is not None:
+            pod.view = replace(pod.view, node_name=self.nodes[0].name, phase="Running")
+        return events
 
     def pod_log(self, namespace: str, name: str) -> str:
         self._hook("pod_log")
@@ -750,6 +761,16 @@ def test_tenant_api_fails_on_foreign_missing_or_unready_nodes_and_on_an_unreacha
     assert "does not answer" in result["tenant-b"].detail and "connection refused" in result["tenant-b"].detail
 
 
+def test_tenant_api_fails_when_the_api_reports_another_kubernetes_version_than_declared():
+    w = world()
+    w.tenants["tenant-a"].version = "v1.35.0"
+    w.tenants["tenant-b"].version = "v1.36.4+k3s1"  # a build suffix is still the declared version
+    result = run_one(w, "tenant-api")
+    assert result["tenant-a"].status == report.FAIL
+    assert result["tenant-a"].detail == "version v1.35.0, declared v1.36.4"
+    assert result["tenant-b"].status == report.PASS, result["tenant-b"].detail
+
+
 def test_an_unreachable_tenant_skips_its_later_checks_and_fails_the_run():
     w = world()
     w.tenants["tenant-b"].reachable = False
@@ -948,6 +969,28 @@ def test_a_probe_that_never_binds_fails_with_the_last_scheduling_event_within_th
     result = run_one(w, "fractional-fit")["tenant-a"]
     assert result.status == report.FAIL
     assert "fit-1 not placed within 120s" in result.detail and "has been locked within 5m0s" in result.detail
+    assert w.tenants["tenant-a"].leftovers() == []
+
+
+def test_a_probe_bound_without_hamis_allocation_annotation_has_not_landed():
+    # Bound by some scheduler other than HAMi, the probe holds no card HAMi counts, so it proves
+    # nothing about placement; the quota check, which counts landed probes only, must not pass on it.
+    w = world()
+    w.tenants["tenant-a"].annotates = False
+    results = runner.run_checks(w.run(["fractional-fit", "quota"]))
+    fit, quota = rows(results, "fractional-fit")["tenant-a"], rows(results, "quota")["tenant-a"]
+    assert fit.status == report.FAIL and "fit-1 not placed within 120s" in fit.detail, fit.detail
+    assert quota.status == report.FAIL and "not placed within 120s" in quota.detail, quota.detail
+    assert w.tenants["tenant-a"].leftovers() == []
+
+
+def test_a_probe_bound_after_its_refusal_event_matched_fails_the_check():
+    # The event says HAMi refused fit-4, but the pod is bound by the time the check re-reads it.
+    w = world()
+    w.tenants["tenant-a"].bind_after_events.add("fit-4")
+    result = run_one(w, "fractional-next")["tenant-a"]
+    assert result.status == report.FAIL
+    assert "fit-4 was placed on tenant-a-worker-0; the model refuses it" in result.detail
     assert w.tenants["tenant-a"].leftovers() == []
 
 
@@ -1775,6 +1818,34 @@ def test_connect_refuses_a_malformed_kubeconfig_without_quoting_it():
     for malformed in ({"clusters": [{"cluster": {}}]}, {"clusters": "x"}, {"clusters": [{"name": "c", "cluster": {}}]}):
         with pytest.raises(KubeError, match="unusable"):
             kube.connect(yaml.safe_dump(malformed))
+
+
+def test_connect_retries_once_and_bounds_the_exec_websocket(monkeypatch):
+    # Nothing is sent: the pool is only inspected and exec goes to a fake streamer.
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1", "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": SECRET}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
+    live = kube.connect(yaml.safe_dump(config))
+    # One retry, not urllib3's default three: an unreachable API is reported, not waited for.
+    assert kube.RETRIES == 1
+    retries = live._apis.core.api_client.rest_client.pool_manager.connection_pool_kw.get("retries")
+    assert retries is not None and retries.total == kube.RETRIES
+    # The websocket handshake has no timeout of its own; exec must set the default before it.
+    monkeypatch.setattr(websocket._socket, "_default_timeout", None)
+    handshakes: list[float | None] = []
+
+    def streamer(*args: Any, **kwargs: Any) -> FakeSession:
+        handshakes.append(websocket.getdefaulttimeout())
+        return FakeSession('{"metadata":{},"status":"Success"}', "")
+
+    monkeypatch.setattr(live, "_stream", streamer)
+    live.pod_exec("ns", "p", ["/pause", "-v"])
+    assert handshakes == [kube.STREAM_TIMEOUT]
 
 
 def test_outputs_keep_kubeconfigs_out_of_their_repr():
