@@ -1546,6 +1546,60 @@ def test_no_proxy_is_honoured_behind_a_proxy(monkeypatch, variable):
     assert "proxy" not in str(refused.value).lower()
 
 
+def test_no_proxy_is_read_as_kubectl_reads_it():
+    # Go reads NO_PROXY first; the client's exec websocket splits on commas without stripping.
+    assert kube.no_proxy({"NO_PROXY": "localhost, 127.0.0.1 ,172.18.0.0/16", "no_proxy": "other"}) == (
+        "localhost,127.0.0.1,172.18.0.0/16"
+    )
+    assert kube.no_proxy({"no_proxy": "172.18.0.0/16"}) == "172.18.0.0/16"
+    assert kube.no_proxy({"NO_PROXY": " , "}) is None
+    assert kube.no_proxy({}) is None
+
+
+def test_api_calls_and_exec_bypass_the_proxy_for_the_no_proxy_entries(monkeypatch):
+    from kubernetes.stream.ws_client import websocket_proxycare  # noqa: PLC0415
+    from websocket._url import get_proxy_info  # noqa: PLC0415
+
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+    monkeypatch.setenv("NO_PROXY", "localhost, 172.18.0.0/16")
+    live = kube.connect(yaml.safe_dump(kubeconfig_for("https://172.18.255.200:6443")))
+    assert type(live._apis.core.api_client.rest_client.pool_manager) is urllib3.PoolManager
+    configuration = live._apis.core.api_client.configuration
+    options = websocket_proxycare({}, configuration, "wss://172.18.255.200:6443", None)
+    proxy = get_proxy_info(
+        "172.18.255.200",
+        True,
+        proxy_host=options.get("http_proxy_host"),
+        proxy_port=options.get("http_proxy_port"),
+        no_proxy=options.get("http_no_proxy"),
+    )
+    assert proxy[0] is None
+
+
+def test_a_loopback_api_is_never_proxied(monkeypatch):
+    # kind's API at 127.0.0.1: Go's proxy selection, and so kubectl and the Pulumi provider, never proxy loopback.
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+    local = kube.connect(yaml.safe_dump(kubeconfig_for("https://127.0.0.1:40123")))
+    assert type(local._apis.core.api_client.rest_client.pool_manager) is urllib3.PoolManager
+    remote = kube.connect(yaml.safe_dump(kubeconfig_for("https://172.18.255.200:6443")))
+    assert type(remote._apis.core.api_client.rest_client.pool_manager) is urllib3.ProxyManager
+
+
+def kubeconfig_for(server: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": SECRET}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
+
+
 def test_unreadable_outputs_file_or_stack_config_exit_2(tmp_path):
     assert_unavailable(*run_cli(["--outputs", str(tmp_path / "none.json")]), "cannot read stack outputs")
     w = world()

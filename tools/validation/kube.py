@@ -10,6 +10,7 @@ Every request carries ``_request_timeout``; exec and logs are bounded too, so no
 from __future__ import annotations
 
 import copy
+import ipaddress
 import json
 import os
 import ssl
@@ -471,6 +472,27 @@ def retarget(kubeconfig: Mapping[str, Any], server: str | None, verify: bool) ->
     return document
 
 
+def no_proxy(environ: Mapping[str, str]) -> str | None:
+    """NO_PROXY as kubectl reads it, for the client, which drops it (kubernetes-client/python#2460).
+
+    Go reads NO_PROXY before no_proxy. The entries are stripped: the client splits the list on
+    commas for exec's websocket without stripping, and " 172.18.0.0/16" matches nothing there.
+    """
+    raw = environ.get("NO_PROXY") or environ.get("no_proxy") or ""
+    return ",".join(entry.strip() for entry in raw.split(",") if entry.strip()) or None
+
+
+def _is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def connect(kubeconfig: str, *, server: str | None = None, verify: bool = True) -> LiveKube:
     """A ``LiveKube`` from kubeconfig text, loaded from a dict (nothing written but the client's 0600 cert files)."""
     try:
@@ -481,13 +503,13 @@ def connect(kubeconfig: str, *, server: str | None = None, verify: bool = True) 
         raise KubeError("the kubeconfig is not a YAML mapping")
     configuration = type.__call__(client.Configuration)
     configuration.retries = RETRIES
-    # The client reads HTTPS_PROXY but then drops NO_PROXY (kubernetes-client/python#2460), so
-    # a host behind a proxy would send kind's 127.0.0.1 and the tenant VIPs through it. Honour it
-    # as kubectl does, in the client's own order of the variables.
-    configuration.no_proxy = os.environ.get("no_proxy") or os.environ.get("NO_PROXY") or None
+    configuration.no_proxy = no_proxy(os.environ)
     try:
         document = retarget(document, server, verify)
         endpoint = str(_current_cluster(document)["server"])
+        if _is_loopback(urllib3.util.parse_url(endpoint).host):
+            # As Go's proxy selection (kubectl, the Pulumi provider) never proxies loopback: kind's API.
+            configuration.proxy = None
         api_client = kube_config.new_client_from_config_dict(document, persist_config=False, client_configuration=configuration)
     except (ConfigException, ValueError, KeyError, TypeError, AttributeError) as error:
         # The message could quote the kubeconfig; its type is enough to say it is unusable.
