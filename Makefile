@@ -19,7 +19,7 @@ ifneq ($(PYTHON_FOUND),)
 KIND_VERSION := $(shell $(PYTHON) -c 'from gpu_tenancy.versions import KIND_VERSION; print(KIND_VERSION)' 2>/dev/null)
 PULUMI_VERSION := $(shell $(PYTHON) -c 'from gpu_tenancy.versions import PULUMI_CLI_VERSION; print(PULUMI_CLI_VERSION)' 2>/dev/null)
 endif
-# The README's Prerequisites: `make up` warns below these inotify limits (Linux only).
+# The README's Prerequisites: `make up` stops below these inotify limits (Linux only; INOTIFY_CHECK=warn goes on).
 INOTIFY_MAX_USER_INSTANCES := 1024
 INOTIFY_MAX_USER_WATCHES := 524288
 INOTIFY_DIR ?= /proc/sys/fs/inotify
