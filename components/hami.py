@@ -42,6 +42,12 @@ def hami_values(kubernetes_version: str, mock_devices: bool, mock_device_plugin_
         "devicePlugin": {"enabled": not mock_devices, "service": {"type": "ClusterIP"}},
         "mockDevicePlugin": {"enabled": mock_devices},
     }
+    if not mock_devices:
+        # NVIDIA's runtime is containerd's default on real GPU hosts, so a pod that asks for no GPU
+        # but whose image sets NVIDIA_VISIBLE_DEVICES=all (every CUDA image) would see every card,
+        # unlimited and uncounted; HAMi's webhook then sets it to none for such containers
+        # (HAMi#464, #469).
+        scheduler["overwriteEnv"] = "true"
     if mock_devices:
         # The flag, not only the chart's nodeLockExpire: the 2.9 and 2.10 schedulers overwrite the
         # HAMI_NODELOCK_EXPIRE the chart sets with the flag's 5m default (HAMi#2692, #2790).

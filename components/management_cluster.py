@@ -15,15 +15,16 @@ METALLB_NAMESPACE_LABELS = {f"pod-security.kubernetes.io/{mode}": "privileged" f
 KAMAJI_NAMESPACE = "kamaji-system"  # the TCP CRD hard-codes its webhook service namespace to this
 
 
-def metallb_values(single_node: bool) -> dict:
-    """MetalLB's values; a single-node cluster must announce from its control-plane node.
+def metallb_values(announce_from_control_planes: bool) -> dict:
+    """MetalLB's values; a cluster of control-plane nodes only must announce from them.
 
     kubeadm labels control-plane nodes node.kubernetes.io/exclude-from-external-load-balancers and
-    MetalLB's speakers then stay silent there, so on a one-node cluster nothing would answer ARP for
-    the VIPs. kind drops the label from single-node clusters only since v0.22
-    (kubernetes-sigs/kind#3507); a cluster of several nodes keeps its operator's choice.
+    MetalLB's speakers then stay silent there, so on kind's one node, or an existing cluster of
+    control planes only, nothing would answer ARP for the VIPs. kind drops the label from
+    single-node clusters only since v0.22 (kubernetes-sigs/kind#3507); an existing cluster keeps
+    its operator's choice unless network.announceFromControlPlanes says otherwise.
     """
-    return {"speaker": {"ignoreExcludeLB": True}} if single_node else {}
+    return {"speaker": {"ignoreExcludeLB": True}} if announce_from_control_planes else {}
 
 
 class ManagementCluster(pulumi.ComponentResource):
@@ -38,7 +39,7 @@ class ManagementCluster(pulumi.ComponentResource):
         versions: Versions,
         pool: pulumi.Input[str] | None,
         provider: k8s.Provider,
-        single_node: bool,
+        announce_from_control_planes: bool,
         deleted_with_cluster: bool = False,
         install_cert_manager: bool = True,
         label_metallb_namespace: bool = False,
@@ -91,7 +92,7 @@ class ManagementCluster(pulumi.ComponentResource):
                 "metallb",
                 versions.metallb.removeprefix("v"),
                 metallb_namespace,
-                metallb_values(single_node),
+                metallb_values(announce_from_control_planes),
                 child,
             )
             # The pool is validated by MetalLB's webhook, which serves only once the release is

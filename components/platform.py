@@ -65,7 +65,7 @@ class Platform(pulumi.ComponentResource):
             config.versions,
             addresses.apply(lambda plan: str(plan.pool)) if with_pool else None,
             provider,
-            single_node=config.management.mode == "kind",
+            announce_from_control_planes=config.management.mode == "kind" or config.network.announce_from_control_planes,
             deleted_with_cluster=config.management.mode == "kind",
             install_cert_manager=config.management.install_cert_manager,
             label_metallb_namespace=config.management.mode == "existing",

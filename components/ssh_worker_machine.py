@@ -68,8 +68,10 @@ if [ "$GPU_MODE" = nvidia ]; then
   command -v nvidia-smi >/dev/null || missing nvidia-smi "the NVIDIA driver"
   nvidia-smi -L >/dev/null || { echo "gpuMode nvidia: nvidia-smi finds no GPU; check the NVIDIA driver" >&2; exit 1; }
   command -v nvidia-ctk >/dev/null || missing nvidia-ctk "the NVIDIA Container Toolkit"
-  # nvidia-ctk >= 1.18 writes a drop-in (conf.d/99-nvidia.toml) rather than config.toml.
-  if ! grep -qs 'default_runtime_name = "nvidia"' /etc/containerd/config.toml /etc/containerd/conf.d/*.toml; then
+  # Asked of the effective configuration: nvidia-ctk >= 1.18 writes a drop-in (conf.d/99-nvidia.toml)
+  # that containerd reads only through config.toml's imports, which a config.toml replaced above
+  # no longer has; nvidia-ctk then adds them back.
+  if ! containerd config dump 2>/dev/null | grep -q 'default_runtime_name = "nvidia"'; then
     nvidia-ctk runtime configure --runtime=containerd --set-as-default
     systemctl restart containerd
   fi

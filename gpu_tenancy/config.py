@@ -302,6 +302,9 @@ class Network(_Model):
     # With an existing management cluster, the docker network from which docker workers reach
     # the tenant endpoints (with kind they join kind's network).
     worker_network: Annotated[str, AfterValidator(_docker_network)] | None = None
+    # With an existing management cluster whose nodes are all control planes (a single kubeadm
+    # node), MetalLB must announce from them: kubeadm marks them exclude-from-external-load-balancers.
+    announce_from_control_planes: StrictBool = False
 
     @cached_property
     def address_pool(self) -> addressing.AddressPool | None:
@@ -444,6 +447,11 @@ class StackConfig(_Model):
                 )
             if self.management.kubeconfig is not None:
                 yield "management.kubeconfig", "is only used with management.mode existing; kind mode creates its own cluster"
+            if self.network.announce_from_control_planes:
+                yield (
+                    "network.announceFromControlPlanes",
+                    "is only used with management.mode existing; kind's one node always announces the VIPs",
+                )
             if self.network.worker_network is not None:
                 yield (
                     "network.workerNetwork",

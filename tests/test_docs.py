@@ -79,7 +79,7 @@ def test_the_comparison_catches_a_stale_default() -> None:
     del documented["network"]["workerNetwork"]
     problems = compare(StackConfig, documented, "")
     assert any("versions.hami: documented '2.9.0'" in problem for problem in problems)
-    assert any(problem.startswith("network: documents ['pool']") for problem in problems)
+    assert any(problem.startswith("network: documents ['announceFromControlPlanes', 'pool']") for problem in problems)
 
 
 def config_paths(model: type[BaseModel], prefix: str = "") -> Iterator[str]:

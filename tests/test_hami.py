@@ -31,6 +31,7 @@ def test_hami_values(dev: harness.Render) -> None:
     # The 2.9 and 2.10 schedulers ignore nodeLockExpire's environment variable; the flag wins.
     assert values["scheduler"]["extender"] == {"extraArgs": ["--debug", "-v=4", "--node-lock-timeout=2s"]}
     assert values["scheduler"]["service"] == {"type": "ClusterIP"}
+    assert "overwriteEnv" not in values["scheduler"]  # no NVIDIA runtime on mock nodes
 
 
 def test_mock_device_plugin_tag_from_config() -> None:

@@ -118,6 +118,15 @@ def test_vips_are_known_in_a_preview_when_the_pool_is_configured() -> None:
     assert address.startswith("10.0.100.")
 
 
+def test_an_existing_cluster_of_control_planes_only_announces_from_them() -> None:
+    # kubeadm labels control-plane nodes exclude-from-external-load-balancers: on a single kubeadm
+    # node MetalLB's speaker would stay silent and nothing would answer for the VIPs.
+    config = existing()
+    config["network"]["announceFromControlPlanes"] = True
+    (metallb,) = [r for r in render_config(config).find(RELEASE) if r["inputs"]["chart"] == "metallb"]
+    assert metallb["inputs"]["values"] == {"speaker": {"ignoreExcludeLB": True}}
+
+
 def test_existing_cluster_without_a_pool_uses_its_own_load_balancer() -> None:
     render = render_config(existing(pool=None))
     assert render.find(POOL) == [] and [r for r in render.find(RELEASE) if r["inputs"]["chart"] == "metallb"] == []
@@ -256,15 +265,16 @@ def test_nvidia_mode_runs_hamis_real_device_plugin(prod: harness.Render) -> None
     assert values["mockDevicePlugin"] == {"enabled": False}
     # The real plugin releases HAMi's bind lock.
     assert "nodeLockExpire" not in values["scheduler"] and "extender" not in values["scheduler"]
+    # NVIDIA's runtime is containerd's default there: pods asking for no GPU get NVIDIA_VISIBLE_DEVICES=none.
+    assert values["scheduler"]["overwriteEnv"] == "true"
     assert [r for r in prod.resources if r["name"].endswith("-gpu-registration")] == []  # no fake registration
     assert "--node-labels=gpu=on,gpu-tenancy.io/tenant=prod-a" in prod.one(REMOTE, "gpu-host-1-join")["inputs"]["stdin"]
     prepare = prod.one(REMOTE, "gpu-host-1-prepare")["inputs"]["stdin"]
     assert "GPU_MODE=nvidia\n" in prepare and "nvidia-ctk runtime configure --runtime=containerd --set-as-default" in prepare
-    # nvidia-ctk >= 1.18 configures containerd in a drop-in; the guard looks there too, so a
-    # re-run does not restart containerd again. A driver that finds no GPU stops the preparation.
-    assert "/etc/containerd/config.toml /etc/containerd/conf.d/*.toml; then" in prepare
+    # The guard asks containerd's effective configuration (drop-ins included only when imported;
+    # tests/test_ssh_worker.py runs it). A driver that finds no GPU stops the preparation.
+    assert "if ! containerd config dump 2>/dev/null | grep -q 'default_runtime_name = \"nvidia\"'; then" in prepare
     assert 'nvidia-smi -L >/dev/null || { echo "gpuMode nvidia: nvidia-smi finds no GPU' in prepare
-    assert "if ! grep -qs 'default_runtime_name = \"nvidia\"' /etc/containerd/config.toml" in prepare
 
 
 def test_declared_gpus_still_drive_quota_checks_and_outputs(prod: harness.Render) -> None:
@@ -340,9 +350,10 @@ def test_existing_mode_requires_a_kubeconfig() -> None:
 
 
 def test_kubeconfig_and_worker_network_are_only_for_existing_mode() -> None:
-    found = problems({"management": {"kubeconfig": "x"}, "network": {"workerNetwork": "kind"}})
+    found = problems({"management": {"kubeconfig": "x"}, "network": {"workerNetwork": "kind", "announceFromControlPlanes": True}})
     assert "only used with management.mode existing" in found["management.kubeconfig"]
     assert "only used with management.mode existing" in found["network.workerNetwork"]
+    assert "only used with management.mode existing" in found["network.announceFromControlPlanes"]
 
 
 def test_unknown_management_mode() -> None:

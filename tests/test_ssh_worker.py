@@ -24,6 +24,7 @@ KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nfake\n-----END OPENSSH PRIVATE KEY--
 
 # What containerd.io installs as /etc/containerd/config.toml (docker/containerd-packaging:common/containerd.toml).
 DOCKER_CONFIG = 'disabled_plugins = ["cri"]\n\n#root = "/var/lib/containerd"\n#state = "/run/containerd"\n'
+NVIDIA_DROP_IN = 'version = 2 [plugins."io.containerd.grpc.v1.cri".containerd] default_runtime_name = "nvidia"'
 CONTAINERD_DEFAULT = """version = 2
 disabled_plugins = []
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
@@ -31,7 +32,13 @@ disabled_plugins = []
 """
 
 
-def run_prepare(tmp_path: Path, containerd_io: str | None, config: str | None = None) -> subprocess.CompletedProcess[str]:
+def run_prepare(
+    tmp_path: Path,
+    containerd_io: str | None,
+    config: str | None = None,
+    gpu_mode: str = "mock",
+    drop_in: str | None = None,
+) -> subprocess.CompletedProcess[str]:
     """The preparation on a host whose dpkg reports ``containerd.io`` in state ``containerd_io``.
 
     The apt-get stand-in acts as apt does with ``-y``: asked for the distribution's containerd
@@ -39,11 +46,13 @@ def run_prepare(tmp_path: Path, containerd_io: str | None, config: str | None = 
     unless ``--no-remove`` makes it refuse.
     """
     etc = tmp_path / "etc"
-    for directory in ("modules-load.d", "sysctl.d", "apt/sources.list.d", "containerd"):
+    for directory in ("modules-load.d", "sysctl.d", "apt/sources.list.d", "containerd/conf.d"):
         (etc / directory).mkdir(parents=True, exist_ok=True)
     (etc / "fstab").write_text("UUID=1 / ext4 defaults 0 1\n")
     if config is not None:
         (etc / "containerd" / "config.toml").write_text(config)
+    if drop_in is not None:
+        (etc / "containerd" / "conf.d" / "99-nvidia.toml").write_text(drop_in)
     state = tmp_path / "state"
     state.mkdir(exist_ok=True)
     (state / "containerd.io").write_text(containerd_io or "")
@@ -61,15 +70,28 @@ def run_prepare(tmp_path: Path, containerd_io: str | None, config: str | None = 
   fi ;;
 esac""",
         "apt-cache": 'echo "   kubeadm | 1.36.4-1.1 | https://pkgs.k8s.io/core:/stable:/v1.36/deb  Packages"',
-        "containerd": f'[ "$1 $2" = "config default" ] && cat "{state}/default.toml"',
+        # `config dump` is the effective configuration: config.toml, and the drop-ins only
+        # when config.toml imports them (containerd 1.7).
+        "containerd": f"""config="{etc}/containerd/config.toml"
+case "$1 $2" in
+  "config default") cat "{state}/default.toml" ;;
+  "config dump") cat "$config"; grep -q '^imports = .*conf.d' "$config" && cat "{etc}"/containerd/conf.d/*.toml ;;
+esac
+exit 0""",
+        # nvidia-ctk >= 1.18: the runtime in a drop-in, and config.toml made to import it.
+        "nvidia-ctk": (
+            f"printf '%s\\n' '{NVIDIA_DROP_IN}' > '{etc}/containerd/conf.d/99-nvidia.toml'\n"
+            f"grep -q '^imports = .*conf.d' '{etc}/containerd/config.toml' ||\n"
+            f"  sed -i '1i imports = [\"/etc/containerd/conf.d/*.toml\"]' '{etc}/containerd/config.toml'"
+        ),
         "gpg": ': > "$3"',
         "systemctl": ":",
     }
-    for name in ("modprobe", "sysctl", "swapoff", "apt-mark", "curl", *stand_ins):
+    for name in ("modprobe", "sysctl", "swapoff", "apt-mark", "curl", "nvidia-smi", *stand_ins):
         executable(bin_dir / name, f'#!/bin/sh\necho "{name} $*" >> "$LOG"\n{stand_ins.get(name, ":")}\n')
     return subprocess.run(
         ["sh", "-c", _PREPARE.replace("/etc/", f"{etc}/")],
-        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "LOG": str(tmp_path / "log"), **prepare_environment("v1.36.4", "mock")},
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "LOG": str(tmp_path / "log"), **prepare_environment("v1.36.4", gpu_mode)},
         capture_output=True,
         text=True,
         timeout=60,
@@ -185,3 +207,30 @@ def test_nodes_may_read_what_kubeadm_upgrade_node_reads(after: harness.Render) -
     role = after.one("kubernetes:rbac.authorization.k8s.io/v1:Role", "prod-a-bootstrap-config-reader")["inputs"]
     assert binding["inputs"]["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["urn"] in after.one(REMOTE, "gpu-host-1-join")["dependencies"]
+
+
+# --- gpuMode: nvidia -------------------------------------------------------------------------------
+
+
+def test_a_host_set_up_by_nvidias_guide_keeps_nvidia_as_the_default_runtime(tmp_path: Path) -> None:
+    # nvidia-ctk >= 1.18 left a drop-in and config.toml importing it, without SystemdCgroup: the
+    # preparation replaces config.toml, whose default imports nothing, so the drop-in no longer counts.
+    result = run_prepare(
+        tmp_path,
+        None,
+        config='imports = ["/etc/containerd/conf.d/*.toml"]\nversion = 2\n',
+        gpu_mode="nvidia",
+        drop_in=NVIDIA_DROP_IN,
+    )
+    assert result.returncode == 0, result.stderr
+    assert calls(tmp_path, "nvidia-ctk runtime configure --runtime=containerd --set-as-default")
+    config = (tmp_path / "etc" / "containerd" / "config.toml").read_text()
+    assert "SystemdCgroup = true" in config and "conf.d" in config
+
+
+def test_a_host_whose_containerd_already_defaults_to_nvidia_is_left_alone(tmp_path: Path) -> None:
+    configured = 'imports = ["/etc/containerd/conf.d/*.toml"]\n' + CONTAINERD_DEFAULT.replace("false", "true")
+    result = run_prepare(tmp_path, None, config=configured, gpu_mode="nvidia", drop_in=NVIDIA_DROP_IN)
+    assert result.returncode == 0, result.stderr
+    assert calls(tmp_path, "nvidia-ctk") == []
+    assert calls(tmp_path, "systemctl restart containerd") == []
