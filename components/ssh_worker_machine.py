@@ -70,8 +70,8 @@ if [ "$GPU_MODE" = nvidia ]; then
   command -v nvidia-ctk >/dev/null || missing nvidia-ctk "the NVIDIA Container Toolkit"
   # Asked of the effective configuration: nvidia-ctk >= 1.18 writes a drop-in (conf.d/99-nvidia.toml)
   # that containerd reads only through config.toml's imports, which a config.toml replaced above
-  # no longer has; nvidia-ctk then adds them back.
-  if ! containerd config dump 2>/dev/null | grep -q 'default_runtime_name = "nvidia"'; then
+  # no longer has; nvidia-ctk then adds them back. containerd 1.7 quotes the value with ", 2.x with '.
+  if ! containerd config dump 2>/dev/null | grep -Eq "default_runtime_name = [\\"']nvidia[\\"']"; then
     nvidia-ctk runtime configure --runtime=containerd --set-as-default
     systemctl restart containerd
   fi

@@ -439,6 +439,14 @@ class StackConfig(_Model):
                 "management.kubeconfig",
                 "is required when management.mode is existing (the management cluster's kubeconfig, as a secret)",
             )
+        if self.management.mode == "existing" and self.network.announce_from_control_planes and self.network.pool is None:
+            yield (
+                "network.announceFromControlPlanes",
+                (
+                    "needs network.pool: without a pool the program installs no MetalLB "
+                    "(the cluster's own load balancer serves the VIPs)"
+                ),
+            )
         if self.management.mode == "kind":
             if not self.management.install_cert_manager:
                 yield (

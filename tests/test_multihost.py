@@ -127,6 +127,12 @@ def test_an_existing_cluster_of_control_planes_only_announces_from_them() -> Non
     assert metallb["inputs"]["values"] == {"speaker": {"ignoreExcludeLB": True}}
 
 
+def test_announcing_from_control_planes_needs_the_programs_metallb() -> None:
+    config = existing(pool=None)
+    config["network"] = {"announceFromControlPlanes": True}
+    assert "needs network.pool" in problems(config)["network.announceFromControlPlanes"]
+
+
 def test_existing_cluster_without_a_pool_uses_its_own_load_balancer() -> None:
     render = render_config(existing(pool=None))
     assert render.find(POOL) == [] and [r for r in render.find(RELEASE) if r["inputs"]["chart"] == "metallb"] == []
@@ -273,7 +279,7 @@ def test_nvidia_mode_runs_hamis_real_device_plugin(prod: harness.Render) -> None
     assert "GPU_MODE=nvidia\n" in prepare and "nvidia-ctk runtime configure --runtime=containerd --set-as-default" in prepare
     # The guard asks containerd's effective configuration (drop-ins included only when imported;
     # tests/test_ssh_worker.py runs it). A driver that finds no GPU stops the preparation.
-    assert "if ! containerd config dump 2>/dev/null | grep -q 'default_runtime_name = \"nvidia\"'; then" in prepare
+    assert 'if ! containerd config dump 2>/dev/null | grep -Eq "default_runtime_name = ' in prepare
     assert 'nvidia-smi -L >/dev/null || { echo "gpuMode nvidia: nvidia-smi finds no GPU' in prepare
 
 

@@ -38,6 +38,7 @@ def run_prepare(
     config: str | None = None,
     gpu_mode: str = "mock",
     drop_in: str | None = None,
+    containerd: str = "1.7",
 ) -> subprocess.CompletedProcess[str]:
     """The preparation on a host whose dpkg reports ``containerd.io`` in state ``containerd_io``.
 
@@ -71,11 +72,12 @@ def run_prepare(
 esac""",
         "apt-cache": 'echo "   kubeadm | 1.36.4-1.1 | https://pkgs.k8s.io/core:/stable:/v1.36/deb  Packages"',
         # `config dump` is the effective configuration: config.toml, and the drop-ins only
-        # when config.toml imports them (containerd 1.7).
+        # when config.toml imports them; containerd 2.x prints strings in single quotes.
         "containerd": f"""config="{etc}/containerd/config.toml"
+dump() {{ cat "$config"; grep -q '^imports = .*conf.d' "$config" && cat "{etc}"/containerd/conf.d/*.toml; }}
 case "$1 $2" in
   "config default") cat "{state}/default.toml" ;;
-  "config dump") cat "$config"; grep -q '^imports = .*conf.d' "$config" && cat "{etc}"/containerd/conf.d/*.toml ;;
+  "config dump") if [ "{containerd}" = 2.x ]; then dump | tr '"' "'"; else dump; fi ;;
 esac
 exit 0""",
         # nvidia-ctk >= 1.18: the runtime in a drop-in, and config.toml made to import it.
@@ -212,7 +214,8 @@ def test_nodes_may_read_what_kubeadm_upgrade_node_reads(after: harness.Render) -
 # --- gpuMode: nvidia -------------------------------------------------------------------------------
 
 
-def test_a_host_set_up_by_nvidias_guide_keeps_nvidia_as_the_default_runtime(tmp_path: Path) -> None:
+@pytest.mark.parametrize("containerd", ["1.7", "2.x"])
+def test_a_host_set_up_by_nvidias_guide_keeps_nvidia_as_the_default_runtime(tmp_path: Path, containerd: str) -> None:
     # nvidia-ctk >= 1.18 left a drop-in and config.toml importing it, without SystemdCgroup: the
     # preparation replaces config.toml, whose default imports nothing, so the drop-in no longer counts.
     result = run_prepare(
@@ -221,6 +224,7 @@ def test_a_host_set_up_by_nvidias_guide_keeps_nvidia_as_the_default_runtime(tmp_
         config='imports = ["/etc/containerd/conf.d/*.toml"]\nversion = 2\n',
         gpu_mode="nvidia",
         drop_in=NVIDIA_DROP_IN,
+        containerd=containerd,
     )
     assert result.returncode == 0, result.stderr
     assert calls(tmp_path, "nvidia-ctk runtime configure --runtime=containerd --set-as-default")
@@ -228,9 +232,11 @@ def test_a_host_set_up_by_nvidias_guide_keeps_nvidia_as_the_default_runtime(tmp_
     assert "SystemdCgroup = true" in config and "conf.d" in config
 
 
-def test_a_host_whose_containerd_already_defaults_to_nvidia_is_left_alone(tmp_path: Path) -> None:
+@pytest.mark.parametrize("containerd", ["1.7", "2.x"])
+def test_a_host_whose_containerd_already_defaults_to_nvidia_is_left_alone(tmp_path: Path, containerd: str) -> None:
+    # A second `pulumi up` changes nothing on the host, whichever quotes containerd prints.
     configured = 'imports = ["/etc/containerd/conf.d/*.toml"]\n' + CONTAINERD_DEFAULT.replace("false", "true")
-    result = run_prepare(tmp_path, None, config=configured, gpu_mode="nvidia", drop_in=NVIDIA_DROP_IN)
+    result = run_prepare(tmp_path, None, config=configured, gpu_mode="nvidia", drop_in=NVIDIA_DROP_IN, containerd=containerd)
     assert result.returncode == 0, result.stderr
     assert calls(tmp_path, "nvidia-ctk") == []
     assert calls(tmp_path, "systemctl restart containerd") == []
