@@ -1506,15 +1506,26 @@ def test_an_unreachable_management_api_exits_2_in_one_line(tmp_path):
     )
 
 
-def test_a_real_unreachable_api_is_reported_quickly_through_the_real_client(tmp_path):
-    config = {
+def kubeconfig_for(server: str) -> dict[str, Any]:
+    return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1", "insecure-skip-tls-verify": True}}],
+        "clusters": [{"name": "c", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
         "users": [{"name": "u", "user": {"token": SECRET}}],
         "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
         "current-context": "x",
     }
+
+
+def behind_a_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HTTPS_PROXY set to a proxy that does not exist, no other proxy variable."""
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+
+
+def test_a_real_unreachable_api_is_reported_quickly_through_the_real_client(tmp_path):
+    config = kubeconfig_for("https://127.0.0.1:1")
     document = {
         "managementKubeconfig": yaml.safe_dump(config),
         "tenants": {},
@@ -1529,18 +1540,9 @@ def test_a_real_unreachable_api_is_reported_quickly_through_the_real_client(tmp_
 def test_no_proxy_is_honoured_behind_a_proxy(monkeypatch, variable):
     # kubernetes-client/python#2460: the client reads HTTPS_PROXY and drops NO_PROXY, so kind's
     # 127.0.0.1 and the tenant VIPs went to the proxy.
-    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+    behind_a_proxy(monkeypatch)
     monkeypatch.setenv(variable, "127.0.0.1,172.18.0.0/16")
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1", "insecure-skip-tls-verify": True}}],
-        "users": [{"name": "u", "user": {"token": SECRET}}],
-        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-        "current-context": "x",
-    }
+    config = kubeconfig_for("https://127.0.0.1:1")
     with pytest.raises(kube.Unreachable) as refused:
         kube.connect(yaml.safe_dump(config)).server_version()
     assert "proxy" not in str(refused.value).lower()
@@ -1560,9 +1562,7 @@ def test_api_calls_and_exec_bypass_the_proxy_for_the_no_proxy_entries(monkeypatc
     from kubernetes.stream.ws_client import websocket_proxycare  # noqa: PLC0415
     from websocket._url import get_proxy_info  # noqa: PLC0415
 
-    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+    behind_a_proxy(monkeypatch)
     monkeypatch.setenv("NO_PROXY", "localhost, 172.18.0.0/16")
     live = kube.connect(yaml.safe_dump(kubeconfig_for("https://172.18.255.200:6443")))
     assert type(live._apis.core.api_client.rest_client.pool_manager) is urllib3.PoolManager
@@ -1580,24 +1580,11 @@ def test_api_calls_and_exec_bypass_the_proxy_for_the_no_proxy_entries(monkeypatc
 
 def test_a_loopback_api_is_never_proxied(monkeypatch):
     # kind's API at 127.0.0.1: Go's proxy selection, and so kubectl and the Pulumi provider, never proxy loopback.
-    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+    behind_a_proxy(monkeypatch)
     local = kube.connect(yaml.safe_dump(kubeconfig_for("https://127.0.0.1:40123")))
     assert type(local._apis.core.api_client.rest_client.pool_manager) is urllib3.PoolManager
     remote = kube.connect(yaml.safe_dump(kubeconfig_for("https://172.18.255.200:6443")))
     assert type(remote._apis.core.api_client.rest_client.pool_manager) is urllib3.ProxyManager
-
-
-def kubeconfig_for(server: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
-        "users": [{"name": "u", "user": {"token": SECRET}}],
-        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-        "current-context": "x",
-    }
 
 
 def test_unreadable_outputs_file_or_stack_config_exit_2(tmp_path):
@@ -1876,14 +1863,7 @@ def test_connect_refuses_a_malformed_kubeconfig_without_quoting_it():
 
 def test_connect_retries_once_and_bounds_the_exec_websocket(monkeypatch):
     # Nothing is sent: the pool is only inspected and exec goes to a fake streamer.
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1", "insecure-skip-tls-verify": True}}],
-        "users": [{"name": "u", "user": {"token": SECRET}}],
-        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-        "current-context": "x",
-    }
+    config = kubeconfig_for("https://127.0.0.1:1")
     live = kube.connect(yaml.safe_dump(config))
     # One retry, not urllib3's default three: an unreachable API is reported, not waited for.
     assert kube.RETRIES == 1
