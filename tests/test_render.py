@@ -6,7 +6,9 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
+import pulumi
 import pytest
 
 from tests.conftest import COMMAND, K8S_PROVIDER, PROJECT_DIR, RELEASE, TCP, dev_config, render_config
@@ -52,6 +54,36 @@ def test_provider_inputs_keep_the_kubeconfig_secret(dev: harness.Render) -> None
 def test_two_renders_of_one_config_are_identical(dev: harness.Render) -> None:
     again = harness.render_stack("dev")
     assert json.dumps(again.to_json(), sort_keys=True) == json.dumps(dev.to_json(), sort_keys=True)
+
+
+@pytest.mark.parametrize("preview", [False, True], ids=["up", "preview"])
+def test_echoing_inputs_renders_what_the_mocks_round_trip_renders(preview: bool) -> None:
+    """Resources whose mock state is their inputs skip decoding and re-encoding them; nothing else changes."""
+    with mock.patch.object(harness._Cloud, "computes", lambda *_: True):
+        round_trip = harness.render_stack("dev", preview=preview, show_secrets=True)
+    echoed = harness.render_stack("dev", preview=preview, show_secrets=True)
+    assert json.dumps(echoed.to_json(), sort_keys=True) == json.dumps(round_trip.to_json(), sort_keys=True)
+
+
+def test_the_harness_computes_plain_urns_as_the_sdk_does() -> None:
+    parent = "urn:pulumi:dev::gpu-tenancy::gpu-tenancy:tenant:Tenant$gpu-tenancy:worker:WorkerJoin::tenant-a-worker-0"
+    cases = [
+        ("child", "pkg:module:Type", None, None, None),
+        ("child", "pkg:module:Type", parent, None, None),
+        ("child", "pkg:module:Type", None, "other-project", "other-stack"),
+        ("child", "pkg:module:Type", "", None, None),
+    ]
+
+    def program() -> None:
+        cases.append((pulumi.Output.from_input("child"), "pkg:module:Type", parent, None, None))  # the SDK's own path
+        for index, case in enumerate(cases):
+            pulumi.export(f"harness-{index}", harness._create_urn(*case))
+            pulumi.export(f"sdk-{index}", harness._sdk_create_urn(*case))
+
+    outputs = harness.render({}, stack="dev", program=program).outputs
+    assert outputs["harness-1"] == parent.rsplit("::", 1)[0] + "$pkg:module:Type::child"
+    for index in range(len(cases)):
+        assert outputs[f"harness-{index}"] == outputs[f"sdk-{index}"], cases[index]
 
 
 def test_a_config_error_is_a_render_error_with_the_key_path() -> None:
