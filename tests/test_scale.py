@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import platform
+import time
 from typing import Any
 
 import pytest
@@ -82,10 +83,10 @@ def test_two_renders_of_one_config_produce_identical_inputs(large: harness.Rende
 
 
 def test_bench_reports_the_graph_of_each_size(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    calls: list[int] = []
+    calls: list[tuple[int, int]] = []
 
-    def measure(tenants: int) -> dict[str, Any]:
-        calls.append(tenants)
+    def measure(tenants: int, repeat: int) -> dict[str, Any]:
+        calls.append((tenants, repeat))
         return {
             "python": "CPython 3.11.7 (/usr/bin/python3)",
             "tenants": tenants,
@@ -105,7 +106,7 @@ def test_bench_reports_the_graph_of_each_size(monkeypatch: pytest.MonkeyPatch, c
     monkeypatch.setattr(bench, "measure", measure)
     assert bench.main(["--tenants", "10,2", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert calls == [2, 10]
+    assert calls == [(2, 1), (10, 1)]
     assert rows[1]["marginalMsPerTenant"] == 100.0
     assert rows[1]["floorMsPerTenant"] == 40.0
     assert rows[1]["replayMsPerTenant"] == 80.0
@@ -117,9 +118,24 @@ def test_bench_reports_the_graph_of_each_size(monkeypatch: pytest.MonkeyPatch, c
     assert table.splitlines()[2].split()[3:6] == ["100.0", "40.0", "80.0"]
     assert "interpreter: CPython 3.11.7 (/usr/bin/python3)" in table
 
+    calls.clear()
+    assert bench.main(["--tenants", "2", "--repeat", "3"]) == 0
+    assert calls == [(2, 3)]
+    with pytest.raises(SystemExit):
+        bench.main(["--tenants", "2", "--repeat", "0"])
+
+
+def test_fastest_keeps_the_shortest_of_the_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = iter([0.0, 5.0, 10.0, 12.0, 20.0, 23.0])  # runs of 5, 2 and 3 seconds
+    monkeypatch.setattr(time, "perf_counter", lambda: next(clock))
+    runs: list[int] = []
+    assert bench._fastest(3, lambda: runs.append(1)) == 2.0
+    assert len(runs) == 3
+
 
 def test_bench_measures_a_real_render_in_a_fresh_process() -> None:
-    row = bench.measure(1)
+    row = bench.measure(1, repeat=2)
+    assert row["repeat"] == 2
     assert row["tenants"] == 1 and row["resources"] > 30
     assert row["crossTenantEdges"] == 0
     assert row["criticalPath"] == len(row["criticalPathSteps"]) >= 5
