@@ -119,13 +119,15 @@ class ManagementCluster(pulumi.ComponentResource):
 
         # `resources: null` as in Kamaji's kind guide: the chart's default limits starve the
         # controller (clastix/kamaji#664). The chart's kamaji-etcd is the default DataStore.
+        # Kamaji's telemetry, on by default, reports TCP counts and versions to its maintainers; a
+        # platform does not phone home unasked (clastix/kamaji:docs/content/telemetry.md).
         self.kamaji = chart(
             f"{name}-kamaji",
             "kamaji",
             "kamaji",
             versions.kamaji,
             KAMAJI_NAMESPACE,
-            {},
+            {"telemetry": {"disabled": True}},
             pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=before_kamaji)),
             unset=["resources"],
         )

@@ -127,6 +127,9 @@ def control_plane_spec(
                 # One management node: a second replica costs memory and buys no availability.
                 "replicas": 1,
                 "additionalMetadata": {"labels": {TENANT_LABEL: tenant.name}},
+                # The control plane's components use the kubeconfigs Kamaji mounts, never the
+                # management cluster's API; a token there would only be something to steal.
+                "automountServiceAccountToken": False,
             },
             "service": {"serviceType": "LoadBalancer", "additionalMetadata": service_metadata},
         },

@@ -41,8 +41,11 @@ DEFAULT_KUBERNETES_VERSION: Final = "v1.36.4"
 MAX_KUBERNETES_MINOR: Final = (1, 36)
 
 # kindest/node images are built per kind release; v1.36.4 is the release image of kind v0.33.0.
+# kind re-tags images between releases and asks for them by digest: the management cluster's
+# default is that release's build. (Worker containers pull kindest/node:<tenant version> by tag.)
 NODE_IMAGE_REPOSITORY: Final = "kindest/node"
-DEFAULT_NODE_IMAGE: Final = f"{NODE_IMAGE_REPOSITORY}:{DEFAULT_KUBERNETES_VERSION}"
+DEFAULT_NODE_IMAGE_DIGEST: Final = "sha256:099e049362a1526b2db71494e1947aae99bd16290d7c895f2b7ea312e3cbfaed"
+DEFAULT_NODE_IMAGE: Final = f"{NODE_IMAGE_REPOSITORY}:{DEFAULT_KUBERNETES_VERSION}@{DEFAULT_NODE_IMAGE_DIGEST}"
 
 # Helm charts: defaults of ``gpu-tenancy:versions``.
 DEFAULT_CHART_VERSIONS: Final = {

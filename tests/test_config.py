@@ -29,7 +29,9 @@ def problem_at(raw: dict[str, Any], path: str) -> str:
 def test_dev_stack_is_valid_and_defaults_come_from_code() -> None:
     config = StackConfig.load(dev_config())
     assert config.management.name == "kamaji"
-    assert config.management.node_image == "kindest/node:v1.36.4"
+    # kind v0.33.0's build of the tag, by digest (lab.md: kind re-tags images between releases)
+    digest = "sha256:099e049362a1526b2db71494e1947aae99bd16290d7c895f2b7ea312e3cbfaed"
+    assert config.management.node_image == f"kindest/node:v1.36.4@{digest}"
     assert (config.versions.cert_manager, config.versions.metallb, config.versions.kamaji) == (
         "v1.21.2",
         "v0.16.1",

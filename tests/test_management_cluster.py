@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import yaml
 
+from gpu_tenancy import versions
 from tests.conftest import COMMAND, K8S_PROVIDER, RELEASE, dev_config, render_config
 from tools import harness
 
@@ -27,7 +28,7 @@ def test_kind_cluster_is_created_from_config_on_stdin_and_deleted_on_destroy(dev
     assert config == {
         "kind": "Cluster",
         "apiVersion": "kind.x-k8s.io/v1alpha4",
-        "nodes": [{"role": "control-plane", "image": "kindest/node:v1.36.4"}],
+        "nodes": [{"role": "control-plane", "image": versions.DEFAULT_NODE_IMAGE}],
     }
     # The user's kubeconfig is never written: kind gets a throwaway one.
     assert '--kubeconfig "$scratch/kubeconfig"' in kind["create"]
@@ -74,7 +75,8 @@ def test_management_releases_are_pinned_upstream_charts(dev: harness.Render) -> 
     }
     assert found["cert-manager"]["values"] == {"crds": {"enabled": True}}
     # Kamaji's kind guide installs with `resources: null`; only a values file carries the null.
-    assert found["kamaji"]["values"] == {}
+    # No telemetry to Kamaji's maintainers unless asked (kamaji.md: on by default).
+    assert found["kamaji"]["values"] == {"telemetry": {"disabled": True}}
     assert found["kamaji"]["valueYamlFiles"] == [{"text": "resources: null\n"}]
     assert "allowNullValues" not in found["kamaji"]
     assert found["kamaji"]["timeout"] == 900  # a first install pulls Kamaji and starts kamaji-etcd

@@ -45,6 +45,8 @@ def test_tcp_spec(dev: harness.Render) -> None:
     assert spec["dataStore"] == "default"  # Kamaji's default DataStore, named
     # Kamaji's default list lacks NodeRestriction: kubelets could rewrite each other's Nodes.
     assert "NodeRestriction" in spec["kubernetes"]["admissionControllers"]
+    # No management-cluster token in the tenant's control-plane pods (kamaji.md: mounted unless set).
+    assert spec["controlPlane"]["deployment"]["automountServiceAccountToken"] is False
 
 
 # The KubeletConfiguration Kamaji uploads, as far as the patches touch it. Kamaji sets
