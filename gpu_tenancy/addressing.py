@@ -87,6 +87,15 @@ def reserved_addresses(subnet: Network) -> dict[IPv4, str]:
     }
 
 
+def first_free_of_containers(subnet: Network) -> IPv4:
+    """The lowest address a pool on ``subnet`` may use: the middle of the subnet.
+
+    Docker's IPAM hands out container addresses from the bottom of the subnet up, so kind's node
+    takes .2 and every worker the next; a pool in the upper half never meets them.
+    """
+    return subnet.network_address + subnet.num_addresses // 2
+
+
 def pool_for_subnet(subnet: Network) -> AddressPool:
     """The pool Kamaji's kind guide uses: .200-.250 of the subnet's last /24.
 

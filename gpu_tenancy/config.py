@@ -7,9 +7,10 @@
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Annotated, Any, ClassVar, Final, Literal
@@ -20,6 +21,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     StrictBool,
     StrictInt,
     ValidationError,
@@ -60,26 +62,56 @@ _MAX_KIND_CLUSTER_NAME: Final = 49
 def misspelt_namespaces(keys: Iterable[str]) -> list[tuple[str, str]]:
     """Config keys in our namespace spelt another way (``gpu_tenancy:tenants``), which the program
     would otherwise ignore, deploying a stack without what they say."""
-    spelt = CONFIG_NAMESPACE.replace("-", "")
     return [
         (key, f"is not in the {CONFIG_NAMESPACE} namespace; did you mean {CONFIG_NAMESPACE}:{key.partition(':')[2]}?")
         for key in keys
-        if ":" in key
-        and (namespace := key.partition(":")[0]) != CONFIG_NAMESPACE
-        and namespace.lower().replace("-", "").replace("_", "") == spelt
+        if ":" in key and (namespace := key.partition(":")[0]) != CONFIG_NAMESPACE and _resembles_ours(namespace)
     ]
 
 
-class ConfigError(Exception):
-    """Stack configuration that cannot be deployed; ``problems`` holds (key path, message) pairs."""
+def _resembles_ours(namespace: str) -> bool:
+    """Our namespace with other separators or case, or a typo or two away (``gpu-tennancy``)."""
+    normalised = re.sub(r"[\W_]+", "", namespace.lower())
+    spelt = CONFIG_NAMESPACE.replace("-", "")
+    # Other projects' namespaces (aws, kubernetes, pulumi) are far from ours; a ratio of 0.8 still
+    # admits one or two letters added, dropped or swapped.
+    return normalised == spelt or difflib.SequenceMatcher(None, normalised, spelt).ratio() >= 0.8
 
-    def __init__(self, problems: Iterable[tuple[str, str]]) -> None:
-        self.problems = list(problems)
+
+class ConfigError(Exception):
+    """Stack configuration that cannot be deployed; ``problems`` holds (key path, message) pairs.
+
+    ``secrets`` are values set as secrets that the messages must not repeat.
+    """
+
+    def __init__(self, problems: Iterable[tuple[str, str]], secrets: Iterable[str] = ()) -> None:
+        masked = sorted(set(secrets), key=len, reverse=True)
+        self.problems = [(path, _masked(message, masked)) for path, message in problems]
         super().__init__(str(self))
 
     def __str__(self) -> str:
         lines = [f"  {path}: {message}" if path else f"  {message}" for path, message in self.problems]
         return f"invalid {CONFIG_NAMESPACE} stack configuration:\n" + "\n".join(lines)
+
+
+def _masked(message: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        message = message.replace(secret, "[secret]")
+    return message
+
+
+def secret_values(value: Any) -> set[str]:
+    """The scalars inside a config value set as a secret, as an error message would quote them.
+
+    Shorter than three characters they reveal nothing (a card count) and would garble messages.
+    """
+    if isinstance(value, dict):
+        return {text for item in value.values() for text in secret_values(item)}
+    if isinstance(value, list):
+        return {text for item in value for text in secret_values(item)}
+    if value is None or isinstance(value, bool):
+        return set()
+    return {str(value)} if len(str(value)) >= 3 else set()
 
 
 def _dns_1035(value: str) -> str:
@@ -147,10 +179,15 @@ def _service_cidr(value: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
 _LEGACY_SERVICE_ALLOCATOR_BEFORE: Final = (1, 34)
 
 
+_THIS_NETWORK: Final = ipaddress.IPv4Network("0.0.0.0/8")  # RFC 1122: "this host on this network", never a destination
+
+
 def _routable(value: ipaddress.IPv4Network) -> None:
-    if value.is_loopback or value.is_link_local or value.is_multicast or value.is_unspecified or value.is_reserved:
+    if value.is_loopback or value.is_link_local or value.is_multicast or value.is_reserved or value.overlaps(_THIS_NETWORK):
+        what = "address" if value.prefixlen == 32 else "range"
+        shown = value.network_address if value.prefixlen == 32 else value
         raise ValueError(
-            f"{value} is a loopback, link-local, multicast or reserved range; use a private range such as 10.244.0.0/16"
+            f"{shown} is a loopback, link-local, multicast, unspecified or reserved {what}; use a private one (RFC 1918)"
         )
 
 
@@ -173,6 +210,9 @@ def _kubernetes_version(value: str) -> str:
     if kubernetes_minor(value) > versions.MAX_KUBERNETES_MINOR:
         newest = "v{}.{}".format(*versions.MAX_KUBERNETES_MINOR)
         raise ValueError(f"{value} is newer than Kamaji supports; use {newest}.x or older")
+    if kubernetes_minor(value) < versions.MIN_KUBERNETES_MINOR:
+        oldest = "v{}.{}".format(*versions.MIN_KUBERNETES_MINOR)
+        raise ValueError(f"{value} is older than Kamaji supports for tenants; use {oldest}.0 or newer")
     return value
 
 
@@ -185,7 +225,13 @@ def _pinned_image(value: str) -> str:
 
 
 def _pool(value: str) -> str:
-    addressing.AddressPool.parse(value)
+    for network in addressing.AddressPool.parse(value).networks():
+        _routable(network)
+    return value
+
+
+def _routable_address(value: ipaddress.IPv4Address) -> ipaddress.IPv4Address:
+    _routable(ipaddress.IPv4Network(value))
     return value
 
 
@@ -272,6 +318,40 @@ class _Model(BaseModel):
 
 NonBlank = Annotated[str, AfterValidator(_not_blank)]
 
+_SSH_USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
+# A public key as authorized_keys and known_hosts write it: its type, then its base64 body.
+_SSH_PUBLIC_KEY = re.compile(
+    r"(?:^|\s)(?:ssh-(?:ed25519|rsa|dss)|ecdsa-sha2-nistp(?:256|384|521)|sk-\S+)\s+[A-Za-z0-9+/]+={0,2}(?:\s|$)"
+)
+
+
+def _ssh_host(value: str) -> str:
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    if len(value) > 253 or not _DNS_1123_SUBDOMAIN.fullmatch(value.lower().removesuffix(".")):
+        raise ValueError(
+            f"{value!r} is neither an IP address nor a host name; give the port as ssh.port and the user as ssh.user"
+        )
+    return value
+
+
+def _ssh_user(value: str) -> str:
+    if not _SSH_USER.fullmatch(value):
+        raise ValueError(f"{value!r} is not a login name: lowercase letters, digits, '_', '.' and '-', at most 32")
+    return value
+
+
+def _ssh_host_key(value: str) -> str:
+    if not _SSH_PUBLIC_KEY.search(value):
+        raise ValueError(
+            "is not a public key as known_hosts holds it (a type such as ssh-ed25519, then the base64 key): "
+            "copy a line of ssh-keyscan <host>"
+        )
+    return value
+
 
 class Management(_Model):
     # kind: the program creates a kind cluster on this Docker host; existing: Kamaji goes into the
@@ -325,12 +405,20 @@ class Gpu(_Model):
 class SshTarget(_Model):
     """A real host reached over SSH, as root through passwordless sudo."""
 
-    host: NonBlank
-    user: NonBlank
+    host: Annotated[str, AfterValidator(_ssh_host)]
+    user: Annotated[str, AfterValidator(_ssh_user)]
     private_key: NonBlank = Field(repr=False)
     port: StrictInt = Field(22, ge=1, le=65535)
     # The host's public key as in known_hosts; without it the first connection is trusted.
-    host_key: NonBlank | None = None
+    host_key: Annotated[str, AfterValidator(_ssh_host_key)] | None = None
+
+    @cached_property
+    def address(self) -> ipaddress.IPv4Address | None:
+        """The host as an IPv4 address, when it is written as one."""
+        try:
+            return ipaddress.IPv4Address(self.host)
+        except ValueError:
+            return None
 
 
 # The largest GPU servers hold 16 cards; the bound also keeps validation from building millions of
@@ -364,7 +452,7 @@ class Quota(_Model):
 class Tenant(_Model):
     name: Annotated[str, AfterValidator(_dns_1035), AfterValidator(_tenant_name)]
     kubernetes_version: KubernetesVersion = versions.DEFAULT_KUBERNETES_VERSION
-    vip: Annotated[ipaddress.IPv4Address, BeforeValidator(_strict_address)] | None = None
+    vip: Annotated[ipaddress.IPv4Address, BeforeValidator(_strict_address), AfterValidator(_routable_address)] | None = None
     pod_cidr: Annotated[ipaddress.IPv4Network, BeforeValidator(_strict_address), AfterValidator(_pod_cidr)] = (
         ipaddress.IPv4Network("10.244.0.0/16")
     )
@@ -408,16 +496,25 @@ class StackConfig(_Model):
     network: Network = Network()
     tenants: list[Tenant] = []
 
+    # Values of keys set as secrets, kept so that a later check (address_plan) does not repeat them.
+    _secrets: frozenset[str] = PrivateAttr(frozenset())
+
     @classmethod
-    def load(cls, raw: dict[str, Any]) -> StackConfig:
-        """Validate the stack's ``gpu-tenancy`` keys (without the namespace prefix)."""
+    def load(cls, raw: dict[str, Any], secret_keys: Iterable[str] = ()) -> StackConfig:
+        """Validate the stack's ``gpu-tenancy`` keys (without the namespace prefix).
+
+        ``secret_keys`` name the keys set as secrets (``pulumi config set --secret``): no error
+        message repeats a value found under them, however deep.
+        """
+        secrets = frozenset(text for key in secret_keys if key in raw for text in secret_values(raw[key]))
         try:
             config = cls.model_validate(raw)
         except ValidationError as error:
-            raise ConfigError(_pydantic_problems(error)) from None
+            raise ConfigError(_pydantic_problems(error), secrets) from None
         problems = list(config._cross_checks())
         if problems:
-            raise ConfigError(problems)
+            raise ConfigError(problems, secrets)
+        config._secrets = secrets
         return config
 
     def tenant(self, name: str) -> Tenant:
@@ -467,6 +564,8 @@ class StackConfig(_Model):
                 )
 
     def _data_stores(self) -> Iterable[tuple[str, str]]:
+        # A dedicated DataStore is the kamaji-etcd release `<tenant>-etcd`, made and removed with its tenant.
+        dedicated = {f"{other.name}-etcd": j for j, other in enumerate(self.tenants) if other.data_store == "dedicated"}
         for i, tenant in enumerate(self.tenants):
             if tenant.data_store == "dedicated" and len(tenant.name) > _MAX_DEDICATED_TENANT_NAME:
                 yield (
@@ -474,6 +573,15 @@ class StackConfig(_Model):
                     (
                         f"{tenant.name!r} is longer than {_MAX_DEDICATED_TENANT_NAME} characters, the most a tenant with "
                         f"dataStore dedicated may have: its etcd is the Helm release and StatefulSet {tenant.name}-etcd"
+                    ),
+                )
+            owner = dedicated.get(tenant.data_store)
+            if owner is not None and owner != i:
+                yield (
+                    f"tenants[{i}].dataStore",
+                    (
+                        f"{tenant.data_store!r} is the dedicated DataStore of tenants[{owner}], created and removed with "
+                        "that tenant; use shared, dedicated, or a DataStore this stack does not manage"
                     ),
                 )
             if self.management.mode == "kind" and tenant.data_store not in ("shared", "dedicated"):
@@ -550,9 +658,30 @@ class StackConfig(_Model):
                 if worker.name in owners:
                     yield path, f"{worker.name!r} is already used by {owners[worker.name]}; worker names are unique per stack"
                 owners.setdefault(worker.name, path)
+        # One machine is one node of one tenant: joined twice, the second join resets the first.
+        hosts: dict[tuple[str, int], str] = {}
+        for path, ssh in self._ssh_targets():
+            target = (ssh.host.lower(), ssh.port)
+            if target in hosts:
+                yield (
+                    f"{path}.host",
+                    f"{ssh.host}:{ssh.port} is already the host of {hosts[target]}; a machine joins one tenant once",
+                )
+            hosts.setdefault(target, path.removesuffix(".ssh"))
+
+    def _ssh_targets(self) -> Iterator[tuple[str, SshTarget]]:
+        for i, tenant in enumerate(self.tenants):
+            for j, worker in enumerate(tenant.workers):
+                if worker.ssh is not None:
+                    yield f"tenants[{i}].workers[{j}].ssh", worker.ssh
+
+    def _host_addresses(self) -> dict[ipaddress.IPv4Address, str]:
+        """SSH hosts written as IPv4 addresses, with the worker each belongs to."""
+        return {ssh.address: path.removesuffix(".ssh") for path, ssh in self._ssh_targets() if ssh.address is not None}
 
     def _vips(self) -> Iterable[tuple[str, str]]:
         pool = self.network.address_pool
+        hosts = self._host_addresses()
         seen: dict[ipaddress.IPv4Address, int] = {}
         problems: list[tuple[str, str]] = []
         for i, tenant in enumerate(self.tenants):
@@ -563,6 +692,14 @@ class StackConfig(_Model):
             seen.setdefault(tenant.vip, i)
             if pool is not None and tenant.vip not in pool:
                 problems.append((f"tenants[{i}].vip", f"{tenant.vip} lies outside the MetalLB pool {pool} (network.pool)"))
+            if tenant.vip in hosts:
+                problems.append((f"tenants[{i}].vip", f"{tenant.vip} is the address of {hosts[tenant.vip]}'s host"))
+        if pool is not None:
+            problems.extend(
+                ("network.pool", f"{pool} contains {address}, the address of {owner}'s host; MetalLB would announce it")
+                for address, owner in hosts.items()
+                if address in pool
+            )
         if pool is not None and not problems:
             try:
                 addressing.assign_vips(pool, [(t.name, t.vip) for t in self.tenants])
@@ -589,6 +726,13 @@ class StackConfig(_Model):
             for key, cidr in tenant.cidrs:
                 if pool is not None and pool.overlaps(cidr):
                     yield f"tenants[{i}].{key}", f"{cidr} overlaps the MetalLB pool {pool} on the node network"
+                # The tenant's nodes would route their own addresses into the pod or service network.
+                for j, worker in enumerate(tenant.workers):
+                    if worker.ssh is not None and worker.ssh.address is not None and worker.ssh.address in cidr:
+                        yield (
+                            f"tenants[{i}].{key}",
+                            f"{cidr} contains {worker.ssh.address}, the host of tenants[{i}].workers[{j}]",
+                        )
         yield from _cidrs_holding_vips(self.tenants, vips)
 
     def _quotas(self) -> Iterable[tuple[str, str]]:
@@ -640,18 +784,18 @@ def address_plan(config: StackConfig, node_subnets: str | None = None) -> Addres
         try:
             subnet = addressing.ipv4_subnet(node_subnets)
         except ValueError as error:
-            raise ConfigError([("network", str(error))]) from None
+            raise ConfigError([("network", str(error))], config._secrets) from None
     pool = config.network.address_pool
     if pool is None:
         if subnet is None:
             if config.management.mode == "existing":
                 # No MetalLB: the existing cluster's LoadBalancer implementation hands out addresses.
                 return AddressPlan(None, {t.name: t.vip for t in config.tenants if t.vip is not None})
-            raise ConfigError([("network.pool", "is required when no kind network provides one")])
+            raise ConfigError([("network.pool", "is required when no kind network provides one")], config._secrets)
         try:
             pool = addressing.pool_for_subnet(subnet)
         except ValueError as error:
-            raise ConfigError([("network.pool", str(error))]) from None
+            raise ConfigError([("network.pool", str(error))], config._secrets) from None
         for i, tenant in enumerate(config.tenants):
             if tenant.vip is not None and tenant.vip not in pool:
                 problems.append(
@@ -668,20 +812,32 @@ def address_plan(config: StackConfig, node_subnets: str | None = None) -> Addres
             for address, what in addressing.reserved_addresses(subnet).items()
             if address in pool
         )
+        floor = addressing.first_free_of_containers(subnet)
+        if pool.first < floor:
+            example = f", e.g. {addressing.pool_for_subnet(subnet)}" if subnet.prefixlen <= 24 else ""
+            problems.append(
+                (
+                    "network.pool",
+                    (
+                        f"{pool} starts in the lower half of the kind network {subnet}, where Docker gives containers "
+                        f"(kind's node, the workers) their addresses from the bottom up; start it at {floor} or above{example}"
+                    ),
+                )
+            )
     if subnet is not None:
         for i, tenant in enumerate(config.tenants):
             for key, cidr in tenant.cidrs:
                 if cidr.overlaps(subnet):
                     problems.append((f"tenants[{i}].{key}", f"{cidr} overlaps the node network {subnet}"))
     if problems:
-        raise ConfigError(problems)
+        raise ConfigError(problems, config._secrets)
     try:
         vips = addressing.assign_vips(pool, [(t.name, t.vip) for t in config.tenants])
     except ValueError as error:
-        raise ConfigError([("network.pool", str(error))]) from None
+        raise ConfigError([("network.pool", str(error))], config._secrets) from None
     problems.extend(_cidrs_holding_vips(config.tenants, vips))
     if problems:
-        raise ConfigError(problems)
+        raise ConfigError(problems, config._secrets)
     return AddressPlan(pool, vips, subnet)
 
 

@@ -39,6 +39,9 @@ def older_than(version: str, floor: tuple[int, int, int]) -> bool:
 # TenantControlPlane webhook rejects anything with a greater major.minor.
 DEFAULT_KUBERNETES_VERSION: Final = "v1.36.4"
 MAX_KUBERNETES_MINOR: Final = (1, 36)
+# The oldest tenant minor Kamaji documents (docs/content/reference/versioning.md: tenants
+# v1.30.0 and later); its webhook has no lower bound, so older versions fail only at runtime.
+MIN_KUBERNETES_MINOR: Final = (1, 30)
 
 # kindest/node images are built per kind release; v1.36.4 is the release image of kind v0.33.0.
 # kind re-tags images between releases and asks for them by digest: the management cluster's

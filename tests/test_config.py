@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpu_tenancy.config import ConfigError, StackConfig, address_plan
+from gpu_tenancy.config import ConfigError, StackConfig, address_plan, misspelt_namespaces
 from tests.conftest import dev_config
 
 KIND_SUBNETS = "172.18.0.0/16 fc00:f853:ccd:e793::/64"
@@ -513,3 +513,149 @@ def test_an_error_about_a_secret_does_not_echo_it() -> None:
     assert "TOPSECRET" not in message
     worker = {"name": "w", "ssh": {"host": "h", "user": "u", "privateKey": 42}}
     assert "42" not in problem_at({"tenants": [{"name": "a", "workers": [worker]}]}, "tenants[0].workers[0].ssh.privateKey")
+
+
+# --- Values that could never deploy, refused before any resource exists (fuzzing review, 2026-12-01) ---
+
+
+def existing_with_ssh(*hosts: str, **ssh: Any) -> dict[str, Any]:
+    """An existing-cluster stack with one SSH worker per host, each in tenant ``a``."""
+    workers = [
+        {"name": f"w{i}", "ssh": {"host": host, "user": "ubuntu", "privateKey": "key", **ssh}} for i, host in enumerate(hosts)
+    ]
+    return {
+        "management": {"mode": "existing", "kubeconfig": "apiVersion: v1"},
+        "tenants": [{"name": "a", "workers": workers}],
+    }
+
+
+@pytest.mark.parametrize(("version", "accepted"), [("v1.29.9", False), ("v1.30.0", True), ("v0.0.0", False)])
+def test_kubernetes_versions_older_than_kamaji_supports_are_refused(version: str, accepted: bool) -> None:
+    raw = {"tenants": [{"name": "a", "kubernetesVersion": version}]}
+    if accepted:
+        assert StackConfig.load(raw).tenants[0].kubernetes_version == version
+    else:
+        assert "older than Kamaji supports for tenants; use v1.30.0 or newer" in problem_at(raw, "tenants[0].kubernetesVersion")
+
+
+@pytest.mark.parametrize("vip", ["127.0.0.1", "0.0.0.0", "224.0.0.1", "255.255.255.255", "169.254.1.1"])
+def test_a_vip_must_be_an_address_a_load_balancer_can_announce(vip: str) -> None:
+    raw = dev_config()
+    raw["tenants"][0]["vip"] = vip
+    assert f"{vip} is a loopback, link-local, multicast, unspecified or reserved address" in problem_at(raw, "tenants[0].vip")
+
+
+@pytest.mark.parametrize("pool", ["127.0.0.10-127.0.0.50", "224.0.0.10-224.0.0.20", "0.0.0.0-0.0.0.10"])
+def test_a_pool_must_hold_addresses_a_load_balancer_can_announce(pool: str) -> None:
+    raw = dev_config()
+    raw["network"] = {"pool": pool}
+    assert "loopback, link-local, multicast, unspecified or reserved range" in problem_at(raw, "network.pool")
+
+
+def test_a_pool_must_stay_above_the_addresses_docker_gives_containers() -> None:
+    raw = dev_config()
+    raw["network"] = {"pool": "172.18.0.2-172.18.0.3"}  # .2 is kind's node, .3 the first worker
+    with pytest.raises(ConfigError) as caught:
+        address_plan(StackConfig.load(raw), KIND_SUBNETS)
+    assert caught.value.problems == [
+        (
+            "network.pool",
+            "172.18.0.2-172.18.0.3 starts in the lower half of the kind network 172.18.0.0/16, where Docker gives "
+            "containers (kind's node, the workers) their addresses from the bottom up; start it at 172.18.128.0 or "
+            "above, e.g. 172.18.255.200-172.18.255.250",
+        )
+    ]
+    raw["network"] = {"pool": "172.18.128.0-172.18.128.10"}
+    assert address_plan(StackConfig.load(raw), KIND_SUBNETS).pool is not None
+
+
+def test_one_ssh_host_is_one_worker() -> None:
+    raw = existing_with_ssh("10.0.0.11", "10.0.0.12", "10.0.0.12")
+    assert problems(raw) == [
+        (
+            "tenants[0].workers[2].ssh.host",
+            "10.0.0.12:22 is already the host of tenants[0].workers[1]; a machine joins one tenant once",
+        )
+    ]
+    raw["tenants"][0]["workers"][2]["ssh"]["port"] = 2222  # another sshd on the host: a distinct target
+    StackConfig.load(raw)
+
+
+def test_vips_pools_and_tenant_networks_keep_off_the_ssh_hosts() -> None:
+    raw = existing_with_ssh("10.0.0.11")
+    raw["tenants"][0]["vip"] = "10.0.0.11"
+    assert problem_at(raw, "tenants[0].vip") == "10.0.0.11 is the address of tenants[0].workers[0]'s host"
+    raw = existing_with_ssh("10.0.0.11")
+    raw["network"] = {"pool": "10.0.0.0/24"}
+    assert "contains 10.0.0.11, the address of tenants[0].workers[0]'s host" in problem_at(raw, "network.pool")
+    raw = existing_with_ssh("10.0.0.11")
+    raw["tenants"][0]["serviceCidr"] = "10.0.0.0/24"
+    assert problem_at(raw, "tenants[0].serviceCidr") == "10.0.0.0/24 contains 10.0.0.11, the host of tenants[0].workers[0]"
+
+
+@pytest.mark.parametrize(
+    ("ssh", "key", "expected"),
+    [
+        ({"host": "10.0.0.11:2222"}, "host", "neither an IP address nor a host name; give the port as ssh.port"),
+        ({"host": "ubuntu@gpu-1"}, "host", "neither an IP address nor a host name"),
+        ({"host": "gpu host"}, "host", "neither an IP address nor a host name"),
+        ({"user": "root user"}, "user", "is not a login name"),
+        ({"hostKey": "not a key"}, "hostKey", "is not a public key as known_hosts holds it"),
+    ],
+)
+def test_ssh_targets_are_checked(ssh: dict[str, str], key: str, expected: str) -> None:
+    raw = existing_with_ssh("10.0.0.11", **{k: v for k, v in ssh.items() if k != "host"})
+    if "host" in ssh:
+        raw["tenants"][0]["workers"][0]["ssh"]["host"] = ssh["host"]
+    message = problem_at(raw, f"tenants[0].workers[0].ssh.{key}")
+    assert expected in message
+    if key == "hostKey":
+        assert "not a key" not in message
+
+
+@pytest.mark.parametrize(
+    "host_key",
+    [
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl",
+        "10.0.0.11 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl",  # a known_hosts line
+        "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTY= root@gpu-1",
+    ],
+)
+def test_host_keys_in_known_hosts_and_authorized_keys_form_are_accepted(host_key: str) -> None:
+    assert StackConfig.load(existing_with_ssh("gpu-1.example.com", hostKey=host_key)).tenants[0].workers[0].ssh is not None
+
+
+def test_a_tenant_cannot_use_another_tenants_dedicated_store() -> None:
+    raw = existing_with_ssh("10.0.0.11")
+    raw["tenants"] = [{"name": "a", "dataStore": "dedicated"}, {"name": "b", "dataStore": "a-etcd"}]
+    assert problem_at(raw, "tenants[1].dataStore").startswith("'a-etcd' is the dedicated DataStore of tenants[0]")
+    raw["tenants"][1]["dataStore"] = "team-etcd"  # one this stack does not manage
+    StackConfig.load(raw)
+
+
+@pytest.mark.parametrize("namespace", ["gpu-tennancy", "gpu-tenancies", "gpu_Tenancy", "gputenancy"])
+def test_a_namespace_a_typo_away_from_ours_is_reported(namespace: str) -> None:
+    assert misspelt_namespaces([f"{namespace}:network", "kubernetes:context", "aws:region", "gpu-tenancy:tenants"]) == [
+        (f"{namespace}:network", "is not in the gpu-tenancy namespace; did you mean gpu-tenancy:network?")
+    ]
+
+
+def test_values_set_as_secrets_are_never_repeated_in_errors() -> None:
+    raw = {"tenants": [{"name": "Team_Secret", "vip": "10.9.8.7", "podCidr": "10.9.0.0/16"}]}
+    with pytest.raises(ConfigError) as caught:
+        StackConfig.load(raw, secret_keys=["tenants"])
+    message = str(caught.value)
+    assert "tenants[0].name: '[secret]' is not a DNS-1035 label" in message
+    assert "Team_Secret" not in message
+    # Not a secret: the value is quoted, as everywhere else.
+    with pytest.raises(ConfigError) as caught:
+        StackConfig.load(raw)
+    assert "'Team_Secret' is not a DNS-1035 label" in str(caught.value)
+
+
+def test_live_checks_keep_secret_values_masked_too() -> None:
+    raw = dev_config()
+    raw["network"] = {"pool": "172.18.0.2-172.18.0.3"}
+    with pytest.raises(ConfigError) as caught:
+        address_plan(StackConfig.load(raw, secret_keys=["network"]), KIND_SUBNETS)
+    assert "172.18.0.2-172.18.0.3" not in str(caught.value) and "[secret] starts in the lower half" in str(caught.value)

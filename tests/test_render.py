@@ -203,3 +203,12 @@ def test_every_helm_release_waits_long_enough_for_a_first_install(dev: harness.R
     releases = dev.find("kubernetes:helm.sh/v3:Release")
     assert len(releases) == 9  # cert-manager, MetalLB, Kamaji; per tenant two Calico charts and HAMi
     assert all(release["inputs"]["timeout"] == 900 for release in releases), [r["name"] for r in releases]
+
+
+def test_a_key_set_as_a_secret_is_not_repeated_in_the_programs_errors() -> None:
+    # `pulumi config set --secret gpu-tenancy:tenants '[...]'`: the program learns which keys are secret from the SDK.
+    config = {"gpu-tenancy:tenants": json.dumps([{"name": "Team_Secret"}])}
+    with pytest.raises(harness.RenderError) as caught:
+        harness.render(config, secret_keys=["gpu-tenancy:tenants"])
+    assert "tenants[0].name: '[secret]' is not a DNS-1035 label" in str(caught.value)
+    assert "Team_Secret" not in str(caught.value)
