@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from gpu_tenancy import addressing
 from gpu_tenancy.config import ConfigError, StackConfig, address_plan, misspelt_namespaces
 from tests.conftest import dev_config
 
@@ -494,7 +495,14 @@ def test_more_tenants_than_the_derived_pool_holds_need_a_pool() -> None:
     assert StackConfig.load({"tenants": raw["tenants"][:51]})
 
 
-@pytest.mark.parametrize(("pool", "address"), [("172.18.0.0/16", "172.18.0.0"), ("172.18.0.1-172.18.0.9", "172.18.0.1")])
+@pytest.mark.parametrize(
+    ("pool", "address"),
+    [
+        ("172.18.0.0/16", "172.18.0.0"),
+        ("172.18.0.1-172.18.0.9", "172.18.0.1"),
+        ("172.18.255.250-172.18.255.255", "172.18.255.255"),  # the broadcast address
+    ],
+)
 def test_a_pinned_pool_must_not_hold_the_kind_networks_own_addresses(pool: str, address: str) -> None:
     raw = dev_config()
     raw["network"] = {"pool": pool}
@@ -659,3 +667,34 @@ def test_live_checks_keep_secret_values_masked_too() -> None:
     with pytest.raises(ConfigError) as caught:
         address_plan(StackConfig.load(raw, secret_keys=["network"]), KIND_SUBNETS)
     assert "172.18.0.2-172.18.0.3" not in str(caught.value) and "[secret] starts in the lower half" in str(caught.value)
+
+
+def test_a_pinned_pool_must_lie_in_the_kind_network_where_metallb_answers_arp() -> None:
+    raw = dev_config()
+    raw["network"] = {"pool": "10.0.100.10-10.0.100.50"}
+    with pytest.raises(ConfigError) as caught:
+        address_plan(StackConfig.load(raw), KIND_SUBNETS)
+    assert caught.value.problems == [
+        ("network.pool", "10.0.100.10-10.0.100.50 is not inside the kind network 172.18.0.0/16, where MetalLB answers ARP")
+    ]
+
+
+def test_tenants_whose_names_hash_to_one_slot_still_get_distinct_vips() -> None:
+    pool = addressing.AddressPool.parse("172.18.255.200-172.18.255.203")
+    names = [f"t{i}" for i in range(40)]
+    by_slot: dict[int, list[str]] = {}
+    for name in names:
+        by_slot.setdefault(addressing._slot(name, len(pool)), []).append(name)
+    colliding = next(group for group in by_slot.values() if len(group) >= 2)[:2]
+    vips = addressing.assign_vips(pool, [(name, None) for name in colliding])
+    assert len(set(vips.values())) == 2
+    # The first keeps its slot; the second takes the next free address, wrapping around the pool.
+    first = pool.address(addressing._slot(colliding[0], len(pool)))
+    assert vips[colliding[0]] == first
+    assert vips[colliding[1]] == pool.address((addressing._slot(colliding[1], len(pool)) + 1) % len(pool))
+    # A pinned VIP is never handed to another tenant.
+    pinned = addressing.assign_vips(pool, [(colliding[0], None), ("pinned", first)])
+    assert pinned["pinned"] == first and pinned[colliding[0]] != first
+    # A full pool is an error naming the tenant left without an address.
+    with pytest.raises(ValueError, match="has no free address left for tenant 't"):
+        addressing.assign_vips(pool, [(name, None) for name in names[:5]])

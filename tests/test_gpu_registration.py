@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
+
+from components import gpu_registration
 from gpu_tenancy import gpus
-from tests.conftest import COMMAND, RELEASE, dev_config, render_config
+from tests.conftest import COMMAND, DEV_CONFIG, RELEASE, dev_config, render_config
+from tests.shell import executable
 from tools import harness
+
+DEV_WORKERS = {worker["name"]: worker["gpus"] for tenant in DEV_CONFIG["tenants"] for worker in tenant["workers"]}
 
 
 def registration(render: harness.Render, worker: str) -> dict:
@@ -111,3 +120,81 @@ def test_the_mock_memory_limit_is_the_last_size_under_kubelets_4_mib() -> None:
     limit = gpus.mock_memory_limit_mib()
     assert gpus.mock_device_list_bytes(limit) <= 4 * 1024 * 1024 < gpus.mock_device_list_bytes(limit + 1)
     assert limit == 123011  # "more than ~120 GB per node" (hami.md)
+
+
+def run_registration(tmp_path: Path, command: dict) -> tuple[subprocess.CompletedProcess[str], list[list[str]], list[str], Path]:
+    """Run a rendered registration as its machine would, against stand-ins for kubectl and systemctl.
+
+    /etc and /usr/local/bin move into ``tmp_path``; the environment is the command's own. Returns
+    the result, each kubectl call's arguments, each systemctl call and the moved root.
+    """
+    root = tmp_path / "root"
+    (root / "etc" / "systemd" / "system").mkdir(parents=True)
+    (root / "usr" / "local" / "bin").mkdir(parents=True)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    kubectl_log, systemctl_log = tmp_path / "kubectl.jsonl", tmp_path / "systemctl.log"
+    executable(
+        bin_dir / "kubectl",
+        f"#!{sys.executable}\nimport json, sys\n"
+        f"with open({str(kubectl_log)!r}, 'a') as log:\n    log.write(json.dumps(sys.argv[1:]) + '\\n')\n",
+    )
+    executable(bin_dir / "systemctl", f'#!/bin/sh\necho "$*" >> "{systemctl_log}"\n')
+    executable(bin_dir / "sleep", "#!/bin/sh\n:\n")
+    script = command["stdin"].replace("/etc/", f"{root}/etc/").replace("/usr/local/bin/", f"{root}/usr/local/bin/")
+    environment = {key: value for key, value in command["environment"].items() if key != "DOCKER_HOST"}
+    result = subprocess.run(
+        ["sh", "-s"],
+        input=script,
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", **environment},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    kubectl = [json.loads(line) for line in kubectl_log.read_text().splitlines()] if kubectl_log.exists() else []
+    systemctl = systemctl_log.read_text().splitlines() if systemctl_log.exists() else []
+    return result, kubectl, systemctl, root
+
+
+@pytest.mark.parametrize("worker", sorted(DEV_WORKERS))
+def test_the_registration_writes_the_cards_and_their_capacity(dev: harness.Render, tmp_path: Path, worker: str) -> None:
+    result, kubectl, _, root = run_registration(tmp_path, registration(dev, worker)["inputs"])
+    assert result.returncode == 0, result.stderr
+    # The cards Pulumi.dev.yaml gives this worker, one entry per card, and the capacity the real
+    # plugin would advertise for them: the sum of their split counts, never 0 (the mock's gate).
+    cards = gpus.worker_cards(worker, [(gpu["model"], gpu["count"]) for gpu in DEV_WORKERS[worker]])
+    expected = [card.register_entry() for card in cards]
+    assert len(expected) == sum(gpu["count"] for gpu in DEV_WORKERS[worker])
+    capacity = sum(entry["count"] for entry in expected)
+    assert capacity == gpus.gpu_capacity(cards) > 0
+    assert json.loads((root / "etc" / "gpu-tenancy" / "node-nvidia-register.json").read_text()) == expected
+
+    kubeconfig = ["--kubeconfig", f"{root}/etc/kubernetes/kubelet.conf"]
+    annotate, patch = kubectl
+    prefix = f"{gpus.REGISTER_ANNOTATION}="
+    assert annotate[:-1] == [*kubeconfig, "annotate", "node", worker, "--overwrite"]
+    assert annotate[-1].startswith(prefix)
+    assert json.loads(annotate[-1].removeprefix(prefix)) == expected
+    assert patch[:-1] == [*kubeconfig, "patch", "node", worker, "--subresource=status", "--type=json", "-p"]
+    assert json.loads(patch[-1]) == [{"op": "add", "path": "/status/capacity/nvidia.com~1gpu", "value": str(capacity)}]
+
+
+def test_a_timer_keeps_the_registration_from_boot_on(dev: harness.Render, tmp_path: Path) -> None:
+    result, _, systemctl, root = run_registration(tmp_path, registration(dev, "tenant-a-worker-0")["inputs"])
+    assert result.returncode == 0, result.stderr
+    # Started now as well as enabled: `enable` alone would wait for the next boot.
+    assert systemctl == ["daemon-reload", "enable --now gpu-tenancy-register.timer"]
+    seconds = gpu_registration.REFRESH_SECONDS
+    units = root / "etc" / "systemd" / "system"
+    assert (units / "gpu-tenancy-register.timer").read_text() == (
+        "[Unit]\n"
+        "Description=Keep this node's simulated GPUs registered with HAMi\n"
+        "[Timer]\n"
+        f"OnBootSec={seconds}s\n"
+        f"OnUnitActiveSec={seconds}s\n"
+        "[Install]\n"
+        "WantedBy=timers.target\n"
+    )
+    service = (units / "gpu-tenancy-register.service").read_text()
+    assert f"ExecStart={root}/usr/local/bin/gpu-tenancy-register\n" in service and "Type=oneshot\n" in service

@@ -15,6 +15,7 @@ from tests.shell import executable
 
 ENDPOINT = "172.18.255.230:6443"
 LABELS = {"gpu": "on", "gpu-tenancy.io/tenant": "tenant-a"}
+KIND_KUBELET_ARGS = "--runtime-cgroups=/system.slice/containerd.service"
 
 
 def tool(bin_dir: Path, name: str, body: str) -> None:
@@ -30,16 +31,20 @@ def run_join(
     expires: str | None = None,
     version: str = "v1.36.4",
     restarted_kubelet: str | None = None,
+    endpoint: str = ENDPOINT,
+    labels: dict[str, str] | None = None,
 ) -> tuple[int, list[str], Path]:
     """Run the join for ``version``; the Node reports the kubelet in ``state/kubelet-version``.
 
     A fresh join leaves a kubelet of ``version``; ``systemctl restart kubelet`` starts the one the
     packages installed (``version``), or ``restarted_kubelet`` when given (one that never comes up).
+    The machine keeps its /etc between runs in one ``tmp_path``, as a worker does between joins.
     """
     etc = tmp_path / "etc"
     (etc / "kubernetes" / "pki").mkdir(parents=True, exist_ok=True)
     (etc / "default").mkdir(exist_ok=True)
-    (etc / "default" / "kubelet").write_text("KUBELET_EXTRA_ARGS=--runtime-cgroups=/system.slice/containerd.service\n")
+    if not (etc / "default" / "kubelet").exists():  # what kind's image ships
+        (etc / "default" / "kubelet").write_text(f"KUBELET_EXTRA_ARGS={KIND_KUBELET_ARGS}\n")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     state = tmp_path / "state"
@@ -77,7 +82,8 @@ esac""",
 esac""",
     )
     tool(bin_dir, "kubectl", f'case "$*" in *" get node "*) cat "{state}/kubelet-version" ;; esac')
-    script = kubeadm.join_script("tenant-a-worker-0", version, ("SystemVerification",), LABELS).replace("/etc/", f"{etc}/")
+    script = kubeadm.join_script("tenant-a-worker-0", version, ("SystemVerification",), LABELS if labels is None else labels)
+    script = script.replace("/etc/", f"{etc}/")
     log = tmp_path / "log"
     scratch = tmp_path / "tmp"
     scratch.mkdir(exist_ok=True)
@@ -87,7 +93,7 @@ esac""",
             "PATH": f"{bin_dir}:/usr/bin:/bin",
             "LOG": str(log),
             "TMPDIR": str(scratch),
-            "JOIN_ENDPOINT": ENDPOINT,
+            "JOIN_ENDPOINT": endpoint,
             "JOIN_TOKEN": "abcdef.0123456789abcdef",
             "JOIN_CA_CERT_HASH": "sha256:00",
             **({"BOOTSTRAP_TOKEN_EXPIRES": expires} if expires else {}),
@@ -203,3 +209,46 @@ def test_an_expired_token_stops_the_join_before_kubeadm_runs(tmp_path: Path, exp
     code, calls, _ = run_join(tmp_path, expires=expires)
     assert (code == 0) is joins
     assert ("kubeadm join" in calls) is joins
+
+
+@pytest.mark.parametrize(
+    ("earlier", "rejoins"),
+    [
+        (ENDPOINT, False),
+        ("172.18.255.231:6443", True),  # another tenant's control plane
+        (ENDPOINT + "0", True),  # an endpoint that merely starts with this one
+    ],
+)
+def test_only_a_machine_joined_to_this_endpoint_counts_as_joined(tmp_path: Path, earlier: str, rejoins: bool) -> None:
+    code, _, etc = run_join(tmp_path, endpoint=earlier)
+    assert code == 0
+    assert (etc / "kubernetes" / "kubelet.conf").read_text() == f"    server: https://{earlier}\n"
+    (tmp_path / "log").unlink()
+    code, calls, _ = run_join(tmp_path)
+    assert code == 0
+    if rejoins:
+        # A kubelet.conf for another endpoint is a join to undo: reset, then join this tenant.
+        assert calls == ["kubeadm reset", "kubeadm join"]
+        assert (tmp_path / "state" / "joins").read_text().strip() == "2"
+    else:
+        assert not [call for call in calls if call.startswith("kubeadm")]
+        assert "kubectl --kubeconfig" in calls  # the labels, applied again
+        assert (tmp_path / "state" / "joins").read_text().strip() == "1"
+    assert (etc / "kubernetes" / "kubelet.conf").read_text() == f"    server: https://{ENDPOINT}\n"
+
+
+@pytest.mark.parametrize(
+    "relabel",
+    [
+        LABELS,
+        {"gpu": "on", "gpu-tenancy.io/tenant": "tenant-a", "gpu-tenancy.io/pool": "l4"},
+        {"gpu-tenancy.io/tenant": "tenant-a"},
+    ],
+)
+def test_a_rerun_replaces_the_node_labels_flag(tmp_path: Path, relabel: dict[str, str]) -> None:
+    assert run_join(tmp_path)[0] == 0
+    code, _, etc = run_join(tmp_path, labels=relabel)
+    assert code == 0
+    latest = ",".join(f"{key}={value}" for key, value in sorted(relabel.items()))
+    # One flag, the latest labels; the image's own flags stay where they were.
+    assert (etc / "default" / "kubelet").read_text() == f"KUBELET_EXTRA_ARGS={KIND_KUBELET_ARGS} --node-labels={latest}\n"

@@ -22,6 +22,8 @@ def test_kind_cluster_is_created_from_config_on_stdin_and_deleted_on_destroy(dev
     assert len(kind["environment"]["KIND_OWNER"]) == 36
     options = dev.one(COMMAND, "gpu-tenancy-management-kind-cluster")["options"]
     assert options["replaceOnChanges"] == ["stdin", "environment.KIND_CLUSTER", "triggers[*]"]
+    # Its stdout is the cluster-admin kubeconfig: encrypted in the stack's state, not only masked.
+    assert options["additionalSecretOutputs"] == ["stdout"]
     assert 'kind create cluster --name "$KIND_CLUSTER" --config - ' in kind["create"]
     assert 'kind delete cluster --name "$KIND_CLUSTER"' in kind["delete"]
     config = yaml.safe_load(kind["stdin"])

@@ -469,3 +469,11 @@ def test_destroy_removes_only_kube_proxys_and_calicos_iptables_rules(tmp_path: P
         "COMMIT",
     ]
     assert (tmp_path / "ip6tables.restored").read_text() == restored
+
+
+def test_ssh_steps_undo_the_old_step_before_a_replacement_runs(multihost: harness.Render) -> None:
+    # A replaced join's delete (`kubeadm reset`) on the same host must come before the new join.
+    steps = multihost.find(REMOTE)
+    assert {step["name"].rsplit("-", 1)[-1] for step in steps} == {"prepare", "join"}
+    for step in steps:
+        assert step["options"]["deleteBeforeReplace"] is True, step["name"]

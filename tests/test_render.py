@@ -205,6 +205,12 @@ def test_every_helm_release_waits_long_enough_for_a_first_install(dev: harness.R
     assert all(release["inputs"]["timeout"] == 900 for release in releases), [r["name"] for r in releases]
 
 
+def test_every_helm_release_creates_its_namespace(dev: harness.Render) -> None:
+    # cert-manager, metallb-system, kamaji-system and tigera-operator exist nowhere before their chart.
+    for release in dev.find("kubernetes:helm.sh/v3:Release"):
+        assert release["inputs"]["createNamespace"] is True, release["name"]
+
+
 def test_a_key_set_as_a_secret_is_not_repeated_in_the_programs_errors() -> None:
     # `pulumi config set --secret gpu-tenancy:tenants '[...]'`: the program learns which keys are secret from the SDK.
     config = {"gpu-tenancy:tenants": json.dumps([{"name": "Team_Secret"}])}

@@ -85,7 +85,11 @@ def test_pulumi_waits_until_the_tcp_is_ready(dev: harness.Render) -> None:
     annotation = dev.one(TCP, "tenant-a")["inputs"]["metadata"]["annotations"]["pulumi.com/waitFor"]
     conditions = json.loads(annotation)
     assert "jsonpath={.status.kubernetesResources.version.status}=Ready" in conditions
+    # The tenant network patches kube-proxy's DaemonSet and HAMi's webhook needs Konnectivity: both must exist.
+    assert "jsonpath={.status.addons.kubeProxy.enabled}=true" in conditions
     assert "jsonpath={.status.addons.konnectivity.enabled}=true" in conditions
+    # Kamaji reconciles for minutes on a laptop: Pulumi's 10-minute default is not enough.
+    assert dev.one(TCP, "tenant-a")["options"]["customTimeouts"] == {"create": "20m"}
 
 
 def test_the_wait_includes_the_requested_version() -> None:
@@ -133,6 +137,8 @@ def test_tenant_provider_uses_the_tenant_kubeconfig(dev: harness.Render, dev_sec
     provider = dev.one(K8S_PROVIDER, "tenant-a")
     assert dev.one(SECRET, "tenant-a-admin-kubeconfig")["urn"] in provider["dependencies"]
     assert provider["inputs"]["kubeconfig"] == "[secret]"
+    # Once the TCP is gone its objects are too: destroy must not wait on an unreachable API server.
+    assert provider["inputs"]["deleteUnreachable"] == "true"
     config = dev_secrets.one(K8S_PROVIDER, "tenant-a")["inputs"]["kubeconfig"]
     assert kubeconfig.server(config) == "https://172.18.255.230:6443"
     # super-admin.conf: admin.conf's RBAC binding appears only after Kamaji reports the TCP Ready.

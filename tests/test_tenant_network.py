@@ -38,7 +38,14 @@ def test_calico_uses_the_tenant_pod_cidr() -> None:
 def test_calico_values(dev: harness.Render) -> None:
     values = dev.one(RELEASE, "tenant-a-calico")["inputs"]["values"]
     network = values["installation"]["calicoNetwork"]
-    assert network["bgp"] == "Disabled" and network["ipPools"][0]["encapsulation"] == "VXLAN"
+    assert values["installation"]["cni"] == {"type": "Calico"}
+    # One pool on the tenant's pod CIDR for every node, VXLAN between the nodes, NAT for traffic
+    # leaving the pod network (pods reach the VIP and the internet through their node).
+    assert network == {
+        "ipPools": [{"nodeSelector": "all()", "cidr": "10.244.0.0/16", "encapsulation": "VXLAN", "natOutgoing": "Enabled"}],
+        "linuxDataplane": "Iptables",
+        "bgp": "Disabled",
+    }
     assert values["kubernetesServiceEndpoint"] == {"host": "172.18.255.230", "port": "6443"}
     assert values["goldmane"] == values["whisker"] == values["apiServer"] == {"enabled": False}
 
@@ -53,11 +60,18 @@ def test_kube_proxy_gets_a_conntrack_safe_config_kamaji_leaves_alone(dev: harnes
     assert patch["metadata"]["name"] == "kube-proxy" and patch["metadata"]["namespace"] == "kube-system"
     assert "data" not in patch  # Kamaji re-applies data within seconds
     config = yaml.safe_load(base64.b64decode(patch["binaryData"]["gpu-tenancy.conf"]))
-    assert config["kind"] == "KubeProxyConfiguration"
-    assert config["conntrack"] == {"maxPerCore": 0}
-    assert config["clusterCIDR"] == "10.244.0.0/16"
-    assert config["clientConnection"]["kubeconfig"] == "/var/lib/kube-proxy/kubeconfig.conf"
+    assert config == {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "clientConnection": {"kubeconfig": "/var/lib/kube-proxy/kubeconfig.conf"},
+        "clusterCIDR": "10.244.0.0/16",
+        "mode": "iptables",
+        "conntrack": {"maxPerCore": 0},
+    }
     daemon_set = dev.one(DAEMON_SET_PATCH, "tenant-a-kube-proxy")
+    # Kamaji manages both objects; a server-side apply patch takes the fields only when forced.
+    for applied in (patch, daemon_set["inputs"]):
+        assert applied["metadata"]["annotations"] == {"pulumi.com/patchForce": "true"}
     containers = daemon_set["inputs"]["spec"]["template"]["spec"]["containers"]
     assert containers == [{"name": "kube-proxy", "args": ["--config=/var/lib/kube-proxy/gpu-tenancy.conf"]}]
     assert dev.one(CONFIG_MAP_PATCH, "tenant-a-kube-proxy-config")["urn"] in daemon_set["dependencies"]

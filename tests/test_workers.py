@@ -165,6 +165,8 @@ def test_token_is_never_in_plain_text(dev: harness.Render) -> None:
     assert "JOIN_TOKEN" not in join["create"]
     random_secret = dev.one("random:index/randomString:RandomString", "tenant-a-worker-0-token-secret")
     assert random_secret["inputs"]["length"] == 16
+    # The secret half is encrypted in the stack's state too, not only masked in output.
+    assert random_secret["options"]["additionalSecretOutputs"] == ["result"]
 
 
 def token_id_value(render: harness.Render) -> str:
@@ -297,7 +299,26 @@ def test_a_leaving_worker_resets_kubeadm_and_gets_no_right_to_delete_nodes(dev: 
 
 def test_nested_nodes_get_kinds_kubelet_settings(dev: harness.Render) -> None:
     patches = dev.one(TCP, "tenant-a")["inputs"]["spec"]["kubernetes"]["kubelet"]["configurationJSONPatches"]
-    assert {"op": "add", "path": "/failSwapOn", "value": False} in patches
+    # kind's kubelet settings for nodes in containers: swap is the host's, and the node's disk is the
+    # host's too, so neither image GC nor disk-pressure eviction may act on what the host reports.
+    assert patches == [
+        {"op": "add", "path": "/cgroupDriver", "value": "systemd"},
+        {"op": "add", "path": "/failSwapOn", "value": False},
+        {"op": "add", "path": "/imageGCHighThresholdPercent", "value": 100},
+        {
+            "op": "add",
+            "path": "/evictionHard",
+            "value": {"nodefs.available": "0%", "nodefs.inodesFree": "0%", "imagefs.available": "0%"},
+        },
+    ]
+
+
+def test_fixed_names_are_freed_before_a_replacement_is_made(dev: harness.Render) -> None:
+    # A container name is unique on the engine, and a replaced join's old `kubeadm reset` must run
+    # before the new join, not after it: both replace delete-first.
+    assert dev.one(CONTAINER, "tenant-a-worker-0")["options"]["deleteBeforeReplace"] is True
+    for step in ("join", "gpu-registration"):
+        assert dev.one(COMMAND, f"tenant-a-worker-0-{step}")["options"]["deleteBeforeReplace"] is True
 
 
 @pytest.mark.parametrize("script", ["stdin", "delete"])

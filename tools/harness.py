@@ -305,9 +305,17 @@ class _Monitor(pulumi_mocks.MockMonitor):
         return resource_id, state
 
 
-# Resource options that change what `pulumi up` or `destroy` does to a resource, as the engine
-# receives them; a record lists those that are set.
-_LIFECYCLE_OPTIONS = ("protect", "retainOnDelete", "deleteBeforeReplace", "replaceOnChanges", "ignoreChanges", "deletedWith")
+# Resource options that change what `pulumi up` or `destroy` does to a resource, or what its state
+# keeps in plain text, as the engine receives them; a record lists those that are set.
+_LIFECYCLE_OPTIONS = (
+    "protect",
+    "retainOnDelete",
+    "deleteBeforeReplace",
+    "replaceOnChanges",
+    "ignoreChanges",
+    "deletedWith",
+    "additionalSecretOutputs",
+)
 
 
 def _lifecycle_options(request: Any) -> dict[str, Any]:
@@ -321,6 +329,11 @@ def _lifecycle_options(request: Any) -> dict[str, Any]:
         value = getattr(request, option, None)
         if value:
             found[option] = list(value) if not isinstance(value, bool | str) else value
+    timeouts = getattr(request, "customTimeouts", None)
+    if timeouts is not None:
+        set_timeouts = {name: getattr(timeouts, name) for name in ("create", "update", "delete") if getattr(timeouts, name)}
+        if set_timeouts:
+            found["customTimeouts"] = set_timeouts
     return found
 
 
