@@ -227,12 +227,12 @@ def ssh_join(document: dict, name: str, tenant: str, host: str, endpoint: str) -
     document["resources"].append(join)
 
 
-def second_join(document: dict) -> None:
-    """tenant-a's worker also joins tenant-b."""
+def second_join(document: dict, tenant: str = "tenant-b") -> None:
+    """tenant-a's worker joins again: ``tenant`` (tenant-b), or tenant-a a second time."""
     join = copy.deepcopy(record(document, COMMAND, "tenant-a-worker-0-join"))
     join["name"] += "-again"
     join["urn"] += "-again"
-    join["inputs"]["environment"].update(GPU_TENANCY_TENANT="tenant-b", JOIN_ENDPOINT=endpoint_of(document, "tenant-b"))
+    join["inputs"]["environment"].update(GPU_TENANCY_TENANT=tenant, JOIN_ENDPOINT=endpoint_of(document, tenant))
     document["resources"].append(join)
 
 
@@ -257,6 +257,21 @@ def real_devices(document: dict, tenant: str) -> None:
     record(document, RELEASE, f"{tenant}-hami")["inputs"]["values"].update(
         devicePlugin={"enabled": True}, mockDevicePlugin={"enabled": False}
     )
+
+
+def untraced_image(document: dict, worker: str) -> None:
+    """The worker runs an image id no RemoteImage of the stack accounts for."""
+    image = record(document, IMAGE, f"{worker}-image")["urn"]
+    container = record(document, CONTAINER, worker)
+    assert image in container["dependencies"]
+    container["dependencies"].remove(image)
+
+
+def registered_device(document: dict, worker: str, position: int, **fields: Any) -> None:
+    """Change device [position] of the worker's GPU registration."""
+    entries = registration(document, worker)
+    entries[position].update(fields)
+    set_registration(document, worker, entries)
 
 
 def kind_network_output(document: dict) -> None:
@@ -364,6 +379,32 @@ CASES = [
         "worker ssh://10.0.0.11:22 joins tenants 'tenant-a', 'tenant-b'",
         findings=2,
     ),
+    Case(
+        "token-created-in-the-management-cluster",
+        "tenant-worker-isolation",
+        lambda d: record(d, SECRET, "tenant-a-worker-0-bootstrap-token").update(provider=provider_of(d, TCP, "tenant-a")),
+        "uses a bootstrap token created in the management cluster",
+    ),
+    Case(
+        "registration-for-another-node",
+        "tenant-worker-isolation",
+        lambda d: env(d, "tenant-a-worker-0-gpu-registration").update(GPU_TENANCY_NODE="tenant-b-worker-0"),
+        "registers node 'tenant-b-worker-0' from worker 'tenant-a-worker-0'",
+    ),
+    Case(
+        "container-labelled-for-another-role",
+        "tenant-worker-isolation",
+        lambda d: record(d, CONTAINER, "tenant-a-worker-0")["inputs"]["labels"][1].update(value="control-plane"),
+        "is labelled gpu-tenancy.io/role=control-plane",
+    ),
+    # Both joins are reported, though each on its own is in order.
+    Case(
+        "worker-joins-its-tenant-twice",
+        "tenant-worker-isolation",
+        lambda d: second_join(d, "tenant-a"),
+        "worker tenant-a-worker-0 joins more than once",
+        findings=2,
+    ),
     # unique-tenant-endpoints
     Case("dev", "unique-tenant-endpoints", same, None),
     Case(
@@ -415,6 +456,16 @@ CASES = [
         ],
         "shares its address 10.1.2.3",
         findings=2,
+    ),
+    Case(
+        "pod-cidr-over-a-worker-container",
+        "unique-tenant-endpoints",
+        # A real run: the container reports its address on kind's network.
+        lambda d: (
+            record(d, CONTAINER, "tenant-b-worker-0")["inputs"].update(networkData=[{"ipAddress": "172.18.0.3"}]),
+            spec(d, "tenant-a")["networkProfile"].update(podCidrs=["172.18.0.0/24"]),
+        ),
+        "podCidrs 172.18.0.0/24 overlaps worker tenant-b-worker-0 at 172.18.0.3",
     ),
     # konnectivity-required
     Case("dev", "konnectivity-required", same, None),
@@ -559,6 +610,30 @@ CASES = [
         ),
         "kind node image kindest/node has no tag or digest",
     ),
+    Case(
+        "image-malformed-digest",
+        "pinned-versions",
+        lambda d: record(d, IMAGE, "tenant-b-worker-0-image")["inputs"].update(name="kindest/node:v1.36.4@sha256:xyz"),
+        "image kindest/node:v1.36.4@sha256:xyz has a malformed digest",
+    ),
+    Case(
+        "kubernetes-version-not-exact",
+        "pinned-versions",
+        lambda d: spec(d, "tenant-a")["kubernetes"].update(version="v1.36"),
+        "Kubernetes version 'v1.36' is not an exact vX.Y.Z",
+    ),
+    Case(
+        "konnectivity-latest",
+        "pinned-versions",
+        lambda d: spec(d, "tenant-b")["addons"]["konnectivity"]["server"].update(version="latest"),
+        "Konnectivity server version is the moving 'latest'",
+    ),
+    Case(
+        "release-latest-prerelease",
+        "pinned-versions",
+        lambda d: record(d, RELEASE, "gpu-tenancy-management-cert-manager")["inputs"].update(version="1.21.0-latest"),
+        "version '1.21.0-latest' is a moving 'latest' build",
+    ),
     # pinned-versions-exceptions (advisory)
     # dev: Kamaji's chart and each tenant's mock device plugin tag.
     Case("kamaji-moving-chart", "pinned-versions-exceptions", same, "Helm chart kamaji 0.0.0+latest", findings=3),
@@ -608,6 +683,12 @@ CASES = [
         "privileged-containers-are-nodes",
         lambda d: record(d, IMAGE, "tenant-a-worker-0-image")["inputs"].update(name="registry.example.com/kindest/node:v1.36.4"),
         "runs registry.example.com/kindest/node:v1.36.4",
+    ),
+    Case(
+        "privileged-image-not-traced",
+        "privileged-containers-are-nodes",
+        lambda d: untraced_image(d, "tenant-a-worker-0"),
+        "privileged container tenant-a-worker-0 runs an image the stack does not name",
     ),
     # hami-on-tenants-only
     Case("dev", "hami-on-tenants-only", same, None),
@@ -704,6 +785,42 @@ CASES = [
         lambda d: env(d, "tenant-b-worker-0-gpu-registration").update(NVIDIA_GPU_CAPACITY="10"),
         "NVIDIA_GPU_CAPACITY=10, but the devices' counts add up to 20",
     ),
+    Case(
+        "registration-devcore-out-of-range",
+        "gpu-quota-within-inventory",
+        lambda d: registered_device(d, "tenant-b-worker-0", 1, devcore=101),
+        "device [1] has devcore 101, not 1-100",
+    ),
+    Case(
+        "registration-repeated-device-id",
+        "gpu-quota-within-inventory",
+        lambda d: registered_device(d, "tenant-b-worker-0", 1, id=registration(d, "tenant-b-worker-0")[0]["id"]),
+        "device [1] repeats or lacks the device id 'GPU-",
+    ),
+    Case(
+        "registration-empty-device-id",
+        "gpu-quota-within-inventory",
+        lambda d: registered_device(d, "tenant-b-worker-0", 0, id=""),
+        "device [0] repeats or lacks the device id ''",
+    ),
+    Case(
+        "registration-no-time-slices",
+        "gpu-quota-within-inventory",
+        lambda d: registered_device(d, "tenant-b-worker-0", 0, count=0),
+        "device [0] has count 0",
+    ),
+    Case(
+        "quota-through-two-tenants-providers",
+        "gpu-quota-within-inventory",
+        lambda d: record(d, K8S_PROVIDER, "tenant-a")["dependencies"].append(record(d, TCP, "tenant-b")["urn"]),
+        "GPU quota tenant-a-gpu-quota is created through several tenants",
+    ),
+    Case(
+        "quota-through-no-tenants-provider",
+        "gpu-quota-within-inventory",
+        lambda d: record(d, QUOTA, "tenant-a-gpu-quota").update(provider=None),
+        "GPU quota tenant-a-gpu-quota is created through no tenant's cluster",
+    ),
     # shared-datastore (advisory)
     Case(
         "default-datastore",
@@ -756,6 +873,30 @@ CASES = [
         "bootstrap-token-hygiene",
         lambda d: record(d, SECRET, "tenant-a-worker-0-bootstrap-token")["inputs"].update(stringData=harness.UNKNOWN),
         None,
+    ),
+    Case(
+        "token-outside-kube-system",
+        "bootstrap-token-hygiene",
+        lambda d: record(d, SECRET, "tenant-a-worker-0-bootstrap-token")["inputs"]["metadata"].update(namespace="default"),
+        "bootstrap token Secrets work only in kube-system",
+    ),
+    Case(
+        "token-secret-misnamed",
+        "bootstrap-token-hygiene",
+        lambda d: record(d, SECRET, "tenant-a-worker-0-bootstrap-token")["inputs"]["metadata"].update(name="join-token"),
+        "the Secret is named 'join-token', not 'bootstrap-token-",
+    ),
+    Case(
+        "token-expiration-without-time-zone",
+        "bootstrap-token-hygiene",
+        lambda d: token(d, "tenant-a-worker-0").update(expiration="2026-12-02T00:00:00"),
+        "expiration '2026-12-02T00:00:00' is not an RFC 3339 time",
+    ),
+    Case(
+        "token-secret-malformed",
+        "bootstrap-token-hygiene",
+        lambda d: token(d, "tenant-b-worker-0").update({"token-secret": "short"}),
+        "token-secret is not [a-z0-9]{16}",
     ),
 ]
 
@@ -935,6 +1076,12 @@ def test_a_bad_pack_config_exits_2(
 def test_pack_config_sets_levels_as_the_engine_does(base: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "pack-config.json"
     path.write_text(json.dumps({"shared-datastore": {"enforcementLevel": "mandatory"}}))
+    code, lines, _ = offline(base, tmp_path, capsys, "--policy-config", str(path))
+    assert code == 1
+    assert {level for level, _, _ in offline_messages(lines, "shared-datastore")} == {"mandatory"}
+
+    # The pack remediates nothing; the engine reports a remediate policy's violations as mandatory.
+    path.write_text(json.dumps({"shared-datastore": "remediate"}))
     code, lines, _ = offline(base, tmp_path, capsys, "--policy-config", str(path))
     assert code == 1
     assert {level for level, _, _ in offline_messages(lines, "shared-datastore")} == {"mandatory"}
