@@ -24,7 +24,8 @@ def test_kind_cluster_is_created_from_config_on_stdin_and_deleted_on_destroy(dev
     assert options["replaceOnChanges"] == ["stdin", "environment.KIND_CLUSTER", "triggers[*]"]
     # Its stdout is the cluster-admin kubeconfig: encrypted in the stack's state, not only masked.
     assert options["additionalSecretOutputs"] == ["stdout"]
-    assert 'kind create cluster --name "$KIND_CLUSTER" --config - ' in kind["create"]
+    # --wait: the node is Ready before the charts' pods need scheduling.
+    assert 'kind create cluster --name "$KIND_CLUSTER" --config - --kubeconfig "$scratch/kubeconfig" --wait 5m' in kind["create"]
     assert 'kind delete cluster --name "$KIND_CLUSTER"' in kind["delete"]
     config = yaml.safe_load(kind["stdin"])
     assert config == {
@@ -112,7 +113,7 @@ def test_services_are_ordered_by_real_dependencies_only(dev: harness.Render) -> 
 def test_pool_is_derived_from_the_kind_network(dev: harness.Render) -> None:
     pool = dev.one(POOL)
     assert pool["inputs"]["metadata"] == {"name": "gpu-tenancy", "namespace": "metallb-system"}
-    assert pool["inputs"]["spec"]["addresses"] == ["172.18.255.200-172.18.255.250"]
+    assert pool["inputs"]["spec"] == {"addresses": ["172.18.255.200-172.18.255.250"], "autoAssign": True}
     assert dev.one(COMMAND, "gpu-tenancy-management-kind-network")["urn"] in pool["dependencies"]
     assert dev.one(L2)["inputs"]["spec"] == {"ipAddressPools": ["gpu-tenancy"]}
 

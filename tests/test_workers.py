@@ -34,6 +34,7 @@ def test_machine_runs_the_way_kind_runs_its_nodes(dev: harness.Render) -> None:
     assert len(container["volumes"]) == 2 and container["devices"] == []  # overlay2 on ext4, rootful (mock_cloud)
     assert sorted(container["securityOpts"]) == ["apparmor=unconfined", "seccomp=unconfined"]
     assert container["cgroupnsMode"] == "private"
+    assert container["removeVolumes"] is True  # the anonymous /var (images, kubelet state) goes with the container
     labels = {label["label"]: label["value"] for label in container["labels"]}
     assert labels == {"gpu-tenancy.io/tenant": "tenant-a", "gpu-tenancy.io/role": "worker"}
     assert not any(key.startswith("io.x-k8s.kind") for key in labels)  # `kind delete cluster` would take it
