@@ -39,6 +39,7 @@ import re
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from functools import cmp_to_key
 from typing import TYPE_CHECKING, Final
@@ -359,23 +360,57 @@ _SUFFIX_SCALE: Final[dict[str, Fraction]] = {
 }
 
 
+# resource.Quantity holds at most 2^63-1; a larger request is refused here rather than silently
+# capped to it as Kubernetes does.
+MAX_QUANTITY: Final = 2**63 - 1
+# Powers of ten past which a quantity is surely above MAX_QUANTITY or below 1n, whatever its suffix
+# (the suffixes scale by 10^-3 to under 10^19); checked before any exact arithmetic, so
+# "1e100000000" costs no hundred-million-digit power.
+_MAGNITUDE_BOUND: Final = 40
+
+
 def parse_quantity(value: Quantity) -> Fraction:
     """A Kubernetes resource quantity (``20000``, ``"20Gi"``, ``"1e3"``) as an exact number."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise PlacementInputError(f"{value!r} is not a resource quantity")
+        raise PlacementInputError(f"{_shown(value)} is not a resource quantity")
     if isinstance(value, int):
         number = Fraction(value)
     else:
         match = _QUANTITY.match(str(value).strip())
         if not match:
-            raise PlacementInputError(f"{value!r} is not a resource quantity")
-        suffix = match[2] or ""
-        scale = Fraction(10) ** int(suffix[1:]) if suffix[:1] in ("e", "E") else _SUFFIX_SCALE[suffix]
-        number = Fraction(match[1]) * scale
+            raise PlacementInputError(f"{_shown(value)} is not a resource quantity")
+        number = _decimal_quantity(value, match[1], match[2] or "")
     if number < 0:
         # The API server rejects negative resource quantities before any webhook runs.
-        raise PlacementInputError(f"{value!r}: resource quantities must not be negative")
+        raise PlacementInputError(f"{_shown(value)}: resource quantities must not be negative")
+    if number > MAX_QUANTITY:
+        raise PlacementInputError(f"{_shown(value)} is out of range: a Kubernetes quantity is at most 2^63-1 ({MAX_QUANTITY})")
     return number
+
+
+def _decimal_quantity(value: Quantity, digits: str, suffix: str) -> Fraction:
+    """``digits`` scaled by ``suffix``: exact, unless past ``_MAGNITUDE_BOUND`` either way."""
+    scale = _SUFFIX_SCALE.get(suffix)  # first: "E" and "Ei" are suffixes, not exponents
+    try:
+        # Exact however many digits (Fraction(str) stops at 4300), and its size known at once.
+        amount = Decimal(digits if scale is not None else digits + suffix)
+    except InvalidOperation:  # an exponent of more than 18 digits, past what Kubernetes parses
+        raise PlacementInputError(f"{_shown(value)} is not a resource quantity: its exponent is out of range") from None
+    if amount.is_zero():
+        return Fraction(0)
+    sign = -1 if amount.is_signed() else 1
+    if amount.adjusted() > _MAGNITUDE_BOUND:
+        return sign * Fraction(MAX_QUANTITY + 1)  # out of range, as the caller reports
+    if amount.adjusted() < -_MAGNITUDE_BOUND:
+        # Below 1n, which Kubernetes rounds it up to; all that counts here is being a fraction.
+        return sign * Fraction(1, 10**9)
+    return Fraction(amount) * (scale or 1)
+
+
+def _shown(value: Quantity) -> str:
+    """``value`` for a message, a long one cut short (a quantity may come with thousands of digits)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:40]}… ({len(text)} characters)"
 
 
 def _as_int64(value: Quantity) -> int | None:
@@ -457,6 +492,7 @@ def admit(
     namespace's scheduled pods already hold. Denials read like kubectl's
     ``admission webhook "vgpu.hami.io" denied the request: exceeding resource quota``.
     """
+    check_quantities(pod)
     if not pod.containers:
         return _denied(pod, "pod has no containers")
     has_resource = False
@@ -477,6 +513,19 @@ def admit(
     if quota is not None and not _admission_quota_fits(mutated_pod, config, quota, quota_used):
         return _denied(pod, EXCEEDING_RESOURCE_QUOTA)
     return Admission(True, mutated_pod)
+
+
+def check_quantities(pod: Pod) -> None:
+    """Raise ``PlacementInputError`` naming the pod, container and resource of a limit or request
+    that is not a quantity Kubernetes holds (the API server refuses such a pod before any webhook)."""
+    for container in pod.all_containers:
+        for kind, resources in (("limits", container.limits), ("requests", container.requests)):
+            for name, quantity in resources.items():
+                try:
+                    parse_quantity(quantity)
+                except PlacementInputError as error:
+                    where = f"pod {pod.namespace}/{pod.name}, container {container.name}, {kind} {name}"
+                    raise PlacementInputError(f"{error}; in {where}") from None
 
 
 def _denied(pod: Pod, reason: str) -> Admission:

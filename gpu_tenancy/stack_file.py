@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,17 @@ class _StackFileLoader(yaml.SafeLoader):
                 raise ConstructorError(None, None, f"found the key {key!r} twice", key_node.start_mark)
             seen.append(key)
         return super().construct_mapping(node, deep)
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:  # `!!int x`, or more digits than Python converts to an int
+            limit = sys.get_int_max_str_digits()
+            if limit and len(node.value) > limit:
+                problem = f"an integer of {len(node.value)} digits: at most {limit} are read; quote it if it is text"
+            else:
+                problem = f"{node.value!r} is not an integer"
+            raise ConstructorError(None, None, problem, node.start_mark) from None
 
 
 _BOOL = "tag:yaml.org,2002:bool"
@@ -53,6 +66,15 @@ _StackFileLoader.add_implicit_resolver(
     ),
     list("-+0123456789."),
 )
+_StackFileLoader.add_constructor(_INT, _StackFileLoader.construct_yaml_int)
+
+# Values JSON has no form for, so the program could not be handed them as the CLI hands config
+# (JSON text). Only an explicit tag makes them here: an untagged 2001-12-14 is already a string.
+_NOT_JSON: dict[type, str] = {
+    bytes: "a YAML !!binary value; write the text as a quoted string",
+    set: "a YAML !!set; write a list",
+    datetime.date: "a YAML timestamp; quote it",  # datetime.datetime too, a subclass
+}
 
 
 def read_stack_file(path: Path) -> tuple[dict[str, Any], list[str]]:
@@ -63,8 +85,11 @@ def read_stack_file(path: Path) -> tuple[dict[str, Any], list[str]]:
     """
     try:
         document = yaml.load(path.read_text(encoding="utf-8"), Loader=_StackFileLoader) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, TypeError) as error:  # TypeError: an unhashable key
+    # TypeError: an unhashable key; ValueError: a value its tag cannot hold (`!!timestamp 2001-13-01`).
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, TypeError, ValueError) as error:
         raise ConfigError([("", f"cannot read {path}: {' '.join(str(error).split())}")]) from None
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise ConfigError([("", f"cannot read {path}: its values are nested too deeply")]) from None
     config = document.get("config") if isinstance(document, dict) else None
     if not isinstance(document, dict) or not isinstance(config, dict | None):
         raise ConfigError([("", f"{path} is not a stack file: expected a mapping with a 'config' mapping")])
@@ -73,12 +98,24 @@ def read_stack_file(path: Path) -> tuple[dict[str, Any], list[str]]:
     misspelt = misspelt_namespaces(map(str, config or {}))
     if misspelt:
         raise ConfigError(misspelt)
+    problems: list[tuple[str, str]] = []
+    given_as: dict[str, str] = {}
     for raw_key, value in (config or {}).items():
         key = str(raw_key)
         full_key = key if ":" in key else f"{CONFIG_NAMESPACE}:{key}"
+        # The CLI reads a bare key in the project's namespace: `tenants` and `gpu-tenancy:tenants`
+        # are one key given twice, and neither silently wins.
+        if full_key in given_as:
+            again = f"is {given_as[full_key]} again: a key without a namespace is in the project's ({CONFIG_NAMESPACE})"
+            problems.append((key, f"{again}; keep one"))
+        given_as[full_key] = key
+        problems.extend(_not_json_key(raw_key, "config"))
+        problems.extend(_not_json(value, full_key))
         if _has_secure(value):
             secret_keys.append(full_key)
         values[full_key] = _strip_secure(value)
+    if problems:
+        raise ConfigError(problems)
     return values, secret_keys
 
 
@@ -87,6 +124,23 @@ def load_stack_config(path: Path) -> StackConfig:
     values, _ = read_stack_file(path)
     prefix = f"{CONFIG_NAMESPACE}:"
     return StackConfig.load({key[len(prefix) :]: value for key, value in values.items() if key.startswith(prefix)})
+
+
+def _not_json(value: Any, where: str) -> list[tuple[str, str]]:
+    """(path, why) for each key or value under ``where`` that has no JSON form (``_NOT_JSON``)."""
+    if isinstance(value, dict):
+        problems = []
+        for key, item in value.items():
+            problems.extend(_not_json_key(key, where))
+            problems.extend(_not_json(item, f"{where}.{key}"))
+        return problems
+    if isinstance(value, list | tuple):  # tuples: the pairs of `!!omap` and `!!pairs`
+        return [problem for index, item in enumerate(value) for problem in _not_json(item, f"{where}[{index}]")]
+    return [(where, why) for kind, why in _NOT_JSON.items() if isinstance(value, kind)]
+
+
+def _not_json_key(key: Any, where: str) -> list[tuple[str, str]]:
+    return [(where, f"the key {key} is {why}") for kind, why in _NOT_JSON.items() if isinstance(key, kind)]
 
 
 def _has_secure(value: Any) -> bool:

@@ -240,6 +240,10 @@ def run_json(stdin: TextIO, stdout: TextIO) -> None:
         document = json.load(stdin)
     except json.JSONDecodeError as error:
         raise PlacementInputError(f"stdin is not JSON: {error}") from None
+    except ValueError as error:  # not UTF-8, or an integer of more digits than Python converts
+        raise PlacementInputError(f"cannot read stdin: {error}") from None
+    except RecursionError:
+        raise PlacementInputError("cannot read stdin: the JSON is nested too deeply") from None
     cluster, pods = cluster_from_json(document)
     results = cluster.plan(pods)
     json.dump({"pods": [result_json(r) for r in results], "nodes": nodes_json(cluster.nodes)}, stdout, indent=2)
@@ -270,9 +274,14 @@ def manifest_pod(document: object, where: str) -> tuple[Pod, str | None]:
 
 def read_manifests(path: Path) -> list[tuple[Pod, str | None]]:
     try:
-        documents = [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
-    except yaml.YAMLError as error:
+        documents = [doc for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc is not None]
+    except UnicodeDecodeError as error:  # kubectl reads manifests as UTF-8 whatever the locale
+        raise PlacementInputError(f"{path}: not UTF-8 text: byte {error.start} cannot be decoded") from None
+    # ValueError: a value its tag cannot hold, or an integer of more digits than Python converts.
+    except (yaml.YAMLError, ValueError) as error:
         raise PlacementInputError(f"{path}: not valid YAML: {' '.join(str(error).split())}") from None
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise PlacementInputError(f"{path}: not valid YAML: nested too deeply") from None
     return [manifest_pod(doc, f"{path.name}[{i}]") for i, doc in enumerate(documents)]
 
 

@@ -210,6 +210,22 @@ def engine_outputs(records: list[Mapping[str, Any]], props: Mapping[str, Any]) -
     return {record["urn"]: {} if record.get("provider") in unconfigured else props[record["urn"]] for record in records}
 
 
+# Far deeper than any resource's inputs, and shallow enough for the recursive walks of the inputs
+# here and in the policies (Python's recursion limit is 1000 frames).
+MAX_INPUT_DEPTH = 100
+
+
+def _depth(value: Any) -> int:
+    """How deep objects and lists nest in ``value``, counted without recursing."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            todo.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
 def analyze(document: Any) -> _Analyzed:
     """PolicyResource objects linked by parent and dependencies, as AnalyzeStack builds them."""
     if not isinstance(document, dict) or not isinstance(document.get("resources"), list):
@@ -222,6 +238,14 @@ def analyze(document: Any) -> _Analyzed:
             raise InputError(f"resources[{index}] ({record['name']}): {record['urn']!r} is not a Pulumi URN")
         if not isinstance(record.get("inputs", {}), dict) or not isinstance(record.get("dependencies", []), list):
             raise InputError(f"resources[{index}] ({record['name']}): inputs must be an object and dependencies a list")
+        # URNs are looked up by value, so a list or object where one belongs cannot even be compared.
+        if not all(isinstance(urn, str) for urn in record.get("dependencies", [])):
+            raise InputError(f"resources[{index}] ({record['name']}): dependencies must be a list of URN strings")
+        for key in ("parent", "provider"):
+            if not isinstance(record.get(key), str | None):
+                raise InputError(f"resources[{index}] ({record['name']}): {key} must be a URN string or null")
+        if _depth(record.get("inputs", {})) > MAX_INPUT_DEPTH:
+            raise InputError(f"resources[{index}] ({record['name']}): inputs nest deeper than {MAX_INPUT_DEPTH} levels")
     masked = [0]
     props = {record["urn"]: _engine_value(record.get("inputs") or {}, masked) for record in records}
     by_urn = {record["urn"]: record for record in records}
@@ -331,6 +355,10 @@ def _read_json(path: Path, what: str) -> Any:
         raise InputError(f"cannot read {what} file {path}: {error}") from None
     except json.JSONDecodeError as error:
         raise InputError(f"{what} file {path} is not JSON: {error}") from None
+    except ValueError as error:  # an integer of more digits than Python converts
+        raise InputError(f"cannot read {what} file {path}: {error}") from None
+    except RecursionError:
+        raise InputError(f"cannot read {what} file {path}: it is nested too deeply") from None
 
 
 def main(argv: list[str] | None = None) -> int:

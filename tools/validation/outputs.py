@@ -104,17 +104,23 @@ def read_pulumi_outputs(
         raise StackUnavailable(f"`pulumi stack output --stack {stack}` failed: {reason}")
     try:
         return json.loads(done.stdout or "{}")
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, or JSON this reader cannot hold
         raise StackUnavailable(f"`pulumi stack output --stack {stack}` did not print JSON") from None
 
 
 def read_outputs_file(path: Path) -> object:
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))  # as `pulumi stack output --json` writes it
     except OSError as error:
         raise StackUnavailable(f"cannot read stack outputs from {path}: {error.strerror or error}") from None
     except json.JSONDecodeError as error:
         raise StackUnavailable(f"{path} is not JSON: {error.msg} at line {error.lineno}") from None
+    except UnicodeDecodeError as error:
+        raise StackUnavailable(f"{path} is not UTF-8 text: byte {error.start} cannot be decoded") from None
+    except ValueError as error:  # an integer of more digits than Python converts
+        raise StackUnavailable(f"cannot read stack outputs from {path}: {error}") from None
+    except RecursionError:
+        raise StackUnavailable(f"cannot read stack outputs from {path}: it is nested too deeply") from None
 
 
 def _require(condition: bool, where: str, what: str, source: str) -> None:
@@ -147,8 +153,12 @@ def _tenant(name: str, raw: object, source: str) -> TenantOutputs:
     where = f"tenants.{name}"
     _require(isinstance(raw, dict), where, "an object", source)
     endpoint = _text(raw, "endpoint", where, source)
-    parsed = urlparse(endpoint)
-    _require(parsed.scheme == "https" and bool(parsed.hostname), f"{where}.endpoint", "https://VIP:PORT", source)
+    try:
+        parsed = urlparse(endpoint)
+        https = parsed.scheme == "https" and bool(parsed.hostname)
+    except ValueError:  # an unclosed IPv6 bracket: https://[::1:6443
+        https = False
+    _require(https, f"{where}.endpoint", "https://VIP:PORT", source)
     workers = raw.get("workers")
     _require(
         isinstance(workers, list) and all(isinstance(w, str) and w for w in workers),
