@@ -318,7 +318,8 @@ class _Model(BaseModel):
 
 NonBlank = Annotated[str, AfterValidator(_not_blank)]
 
-_SSH_USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
+# POSIX's portable user names (letters, digits, '.', '_', '-'), at most 32 characters as useradd takes.
+_SSH_USER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 # A public key as authorized_keys and known_hosts write it: its type, then its base64 body.
 _SSH_PUBLIC_KEY = re.compile(
     r"(?:^|\s)(?:ssh-(?:ed25519|rsa|dss)|ecdsa-sha2-nistp(?:256|384|521)|sk-\S+)\s+[A-Za-z0-9+/]+={0,2}(?:\s|$)"
@@ -340,7 +341,7 @@ def _ssh_host(value: str) -> str:
 
 def _ssh_user(value: str) -> str:
     if not _SSH_USER.fullmatch(value):
-        raise ValueError(f"{value!r} is not a login name: lowercase letters, digits, '_', '.' and '-', at most 32")
+        raise ValueError(f"{value!r} is not a login name: letters, digits, '_', '.' and '-', at most 32")
     return value
 
 
