@@ -21,7 +21,7 @@ class AddressPool:
     @classmethod
     def parse(cls, text: str) -> AddressPool:
         """Accept ``first-last`` or a CIDR; raise ValueError with a message fit for a user."""
-        text = text.strip()
+        given, text = text, text.strip()
         if "-" in text:
             first_text, _, last_text = text.partition("-")
             try:
@@ -35,7 +35,7 @@ class AddressPool:
         try:
             network = ipaddress.IPv4Network(text, strict=True)
         except ValueError:
-            raise ValueError(f"{text!r} is not an IPv4 range or CIDR; use e.g. 172.18.255.200-172.18.255.250") from None
+            raise ValueError(f"{given!r} is not an IPv4 range or CIDR; use e.g. 172.18.255.200-172.18.255.250") from None
         return cls(network.network_address, network.broadcast_address)
 
     def __str__(self) -> str:

@@ -157,6 +157,13 @@ def _strict_address(value: Any) -> Any:
     return value
 
 
+def _strict_cidr(value: Any) -> Any:
+    # ipaddress reads "10.244.0.0" as a /32, which would then be reported as too small.
+    if isinstance(value, str) and "/" not in value:
+        raise ValueError(f"{value!r} has no prefix length; write a CIDR such as 10.244.0.0/16")
+    return _strict_address(value)
+
+
 def _pod_cidr(value: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
     _routable(value)
     # kube-controller-manager cuts a /24 per node out of the cluster CIDR.
@@ -294,8 +301,8 @@ HostLabel = Annotated[str, AfterValidator(_dns_1123)]
 KubernetesVersion = Annotated[str, AfterValidator(_kubernetes_version)]
 PinnedImage = Annotated[str, AfterValidator(_pinned_image)]
 ChartVersion = Annotated[str, AfterValidator(_version)]
-PodCidr = Annotated[ipaddress.IPv4Network, BeforeValidator(_strict_address), AfterValidator(_pod_cidr)]
-ServiceCidr = Annotated[ipaddress.IPv4Network, BeforeValidator(_strict_address), AfterValidator(_service_cidr)]
+PodCidr = Annotated[ipaddress.IPv4Network, BeforeValidator(_strict_cidr), AfterValidator(_pod_cidr)]
+ServiceCidr = Annotated[ipaddress.IPv4Network, BeforeValidator(_strict_cidr), AfterValidator(_service_cidr)]
 
 
 class _Model(BaseModel):
@@ -454,10 +461,10 @@ class Tenant(_Model):
     name: Annotated[str, AfterValidator(_dns_1035), AfterValidator(_tenant_name)]
     kubernetes_version: KubernetesVersion = versions.DEFAULT_KUBERNETES_VERSION
     vip: Annotated[ipaddress.IPv4Address, BeforeValidator(_strict_address), AfterValidator(_routable_address)] | None = None
-    pod_cidr: Annotated[ipaddress.IPv4Network, BeforeValidator(_strict_address), AfterValidator(_pod_cidr)] = (
-        ipaddress.IPv4Network("10.244.0.0/16")
+    pod_cidr: Annotated[ipaddress.IPv4Network, BeforeValidator(_strict_cidr), AfterValidator(_pod_cidr)] = ipaddress.IPv4Network(
+        "10.244.0.0/16"
     )
-    service_cidr: Annotated[ipaddress.IPv4Network, BeforeValidator(_strict_address), AfterValidator(_service_cidr)] = (
+    service_cidr: Annotated[ipaddress.IPv4Network, BeforeValidator(_strict_cidr), AfterValidator(_service_cidr)] = (
         ipaddress.IPv4Network("10.96.0.0/16")
     )
     workers: list[Worker] = []
@@ -862,6 +869,19 @@ def _may_hold_a_secret(location: tuple[Any, ...]) -> bool:
     return len(location) == 1 or location[-1] in _SECRET_KEYS
 
 
+_SHAPES: Final = {"model_type": "an object of keys", "dict_type": "an object of keys", "list_type": "a list"}
+
+
+def _yaml_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if value is None:
+        return "null"
+    return "a number or boolean" if isinstance(value, bool | int | float) else "text"
+
+
 def _pydantic_problems(error: ValidationError) -> list[tuple[str, str]]:
     problems = []
     for item in error.errors(include_url=False):
@@ -871,7 +891,12 @@ def _pydantic_problems(error: ValidationError) -> list[tuple[str, str]]:
         message = item["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
         if item["type"] == "missing":
             message = "is required"
-        elif (
+            problems.append((path, message))
+            continue
+        if item["type"] in _SHAPES:
+            # pydantic names Python classes ("a valid dictionary or instance of Tenant"); say it in YAML's terms.
+            message = f"must be {_SHAPES[item['type']]}, not {_yaml_kind(item.get('input'))}"
+        if (
             isinstance(item.get("input"), str | int | float)
             and repr(item["input"]) not in message
             and not _may_hold_a_secret(item["loc"])

@@ -698,3 +698,31 @@ def test_tenants_whose_names_hash_to_one_slot_still_get_distinct_vips() -> None:
     # A full pool is an error naming the tenant left without an address.
     with pytest.raises(ValueError, match="has no free address left for tenant 't"):
         addressing.assign_vips(pool, [(name, None) for name in names[:5]])
+
+
+@pytest.mark.parametrize(
+    ("raw", "path", "expected"),
+    [
+        ({"tenants": ["x"]}, "tenants[0]", "must be an object of keys, not text (got 'x')"),
+        ({"tenants": {"name": "a"}}, "tenants", "must be a list, not an object"),
+        (
+            {"tenants": [{"name": "a", "workers": [{"name": "w", "ssh": "gpu-1"}]}]},
+            "tenants[0].workers[0].ssh",
+            "must be an object of keys, not text",
+        ),
+        # A whole key given as text may be a kubeconfig set without --path: never echoed.
+        ({"management": "apiVersion: v1"}, "management", "must be an object of keys, not text"),
+        (
+            {"tenants": [{"name": "a", "podCidr": "10.244.0.0"}]},
+            "tenants[0].podCidr",
+            "'10.244.0.0' has no prefix length; write a CIDR such as 10.244.0.0/16",
+        ),
+        (
+            {"network": {"pool": "  "}},
+            "network.pool",
+            "'  ' is not an IPv4 range or CIDR; use e.g. 172.18.255.200-172.18.255.250",
+        ),
+    ],
+)
+def test_shape_errors_speak_yaml_not_python(raw: dict[str, Any], path: str, expected: str) -> None:
+    assert problem_at(raw, path) == expected
