@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pulumi
-from pulumi.runtime.config import CONFIG, get_config_env, is_config_secret
+from pulumi.runtime.config import CONFIG, get_config_env
 
 from gpu_tenancy.config import CONFIG_NAMESPACE, ConfigError, StackConfig, misspelt_namespaces
 
@@ -34,9 +34,8 @@ def read_stack_config() -> StackConfig:
             raw[name] = json.loads(value) if value is not None else None
         except json.JSONDecodeError:
             raw[name] = value
-    secret = [key[len(prefix) :] for key in keys if is_config_secret(key)]
     try:
-        return StackConfig.load(raw, secret)
+        return StackConfig.load(raw)
     except ConfigError as error:
         raise StackConfigError(str(error)) from None
 

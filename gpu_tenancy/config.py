@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import re
 from collections.abc import Iterable, Iterator
@@ -21,7 +20,6 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    PrivateAttr,
     StrictBool,
     StrictInt,
     ValidationError,
@@ -70,48 +68,37 @@ def misspelt_namespaces(keys: Iterable[str]) -> list[tuple[str, str]]:
 
 
 def _resembles_ours(namespace: str) -> bool:
-    """Our namespace with other separators or case, or a typo or two away (``gpu-tennancy``)."""
+    """Our namespace with other separators or case, or one typo away (``gpu-tennancy``).
+
+    One edit only: a sibling project's namespace (``gpu-tenancy-ops``, ``tenancy``) may share the
+    config environment, and refusing it would block every ``pulumi up``.
+    """
     normalised = re.sub(r"[\W_]+", "", namespace.lower())
-    spelt = CONFIG_NAMESPACE.replace("-", "")
-    # Other projects' namespaces (aws, kubernetes, pulumi) are far from ours; a ratio of 0.8 still
-    # admits one or two letters added, dropped or swapped.
-    return normalised == spelt or difflib.SequenceMatcher(None, normalised, spelt).ratio() >= 0.8
+    return _one_edit_apart(normalised, CONFIG_NAMESPACE.replace("-", ""))
+
+
+def _one_edit_apart(a: str, b: str) -> bool:
+    """Equal, or one letter added, dropped, changed or two neighbours swapped."""
+    if a == b:
+        return True
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        swapped = len(diff) == 2 and diff[1] == diff[0] + 1 and (a[diff[0]], a[diff[1]]) == (b[diff[1]], b[diff[0]])
+        return len(diff) == 1 or swapped
+    shorter, longer = sorted((a, b), key=len)
+    return len(longer) - len(shorter) == 1 and any(longer[:i] + longer[i + 1 :] == shorter for i in range(len(longer)))
 
 
 class ConfigError(Exception):
-    """Stack configuration that cannot be deployed; ``problems`` holds (key path, message) pairs.
+    """Stack configuration that cannot be deployed; ``problems`` holds (key path, message) pairs."""
 
-    ``secrets`` are values set as secrets that the messages must not repeat.
-    """
-
-    def __init__(self, problems: Iterable[tuple[str, str]], secrets: Iterable[str] = ()) -> None:
-        masked = sorted(set(secrets), key=len, reverse=True)
-        self.problems = [(path, _masked(message, masked)) for path, message in problems]
+    def __init__(self, problems: Iterable[tuple[str, str]]) -> None:
+        self.problems = list(problems)
         super().__init__(str(self))
 
     def __str__(self) -> str:
         lines = [f"  {path}: {message}" if path else f"  {message}" for path, message in self.problems]
         return f"invalid {CONFIG_NAMESPACE} stack configuration:\n" + "\n".join(lines)
-
-
-def _masked(message: str, secrets: list[str]) -> str:
-    for secret in secrets:
-        message = message.replace(secret, "[secret]")
-    return message
-
-
-def secret_values(value: Any) -> set[str]:
-    """The scalars inside a config value set as a secret, as an error message would quote them.
-
-    Shorter than three characters they reveal nothing (a card count) and would garble messages.
-    """
-    if isinstance(value, dict):
-        return {text for item in value.values() for text in secret_values(item)}
-    if isinstance(value, list):
-        return {text for item in value for text in secret_values(item)}
-    if value is None or isinstance(value, bool):
-        return set()
-    return {str(value)} if len(str(value)) >= 3 else set()
 
 
 def _dns_1035(value: str) -> str:
@@ -325,8 +312,11 @@ class _Model(BaseModel):
 
 NonBlank = Annotated[str, AfterValidator(_not_blank)]
 
-# POSIX's portable user names (letters, digits, '.', '_', '-'), at most 32 characters as useradd takes.
-_SSH_USER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
+# The login goes to sshd as it is (directory users look like jdoe@corp.example.com): only what
+# cannot be one name is refused.
+_SSH_USER = re.compile(r"^[^\s:]+$")
+# A host name as resolvers take it (underscores included), or an address; never host:port or user@host.
+_SSH_HOST = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?$")
 # A public key as authorized_keys and known_hosts write it: its type, then its base64 body.
 _SSH_PUBLIC_KEY = re.compile(
     r"(?:^|\s)(?:ssh-(?:ed25519|rsa|dss)|ecdsa-sha2-nistp(?:256|384|521)|sk-\S+)\s+[A-Za-z0-9+/]+={0,2}(?:\s|$)"
@@ -339,7 +329,7 @@ def _ssh_host(value: str) -> str:
         return value
     except ValueError:
         pass
-    if len(value) > 253 or not _DNS_1123_SUBDOMAIN.fullmatch(value.lower().removesuffix(".")):
+    if len(value) > 253 or not _SSH_HOST.fullmatch(value):
         raise ValueError(
             f"{value!r} is neither an IP address nor a host name; give the port as ssh.port and the user as ssh.user"
         )
@@ -348,7 +338,7 @@ def _ssh_host(value: str) -> str:
 
 def _ssh_user(value: str) -> str:
     if not _SSH_USER.fullmatch(value):
-        raise ValueError(f"{value!r} is not a login name: letters, digits, '_', '.' and '-', at most 32")
+        raise ValueError(f"{value!r} is not a login name: no spaces, control characters or ':'")
     return value
 
 
@@ -504,25 +494,16 @@ class StackConfig(_Model):
     network: Network = Network()
     tenants: list[Tenant] = []
 
-    # Values of keys set as secrets, kept so that a later check (address_plan) does not repeat them.
-    _secrets: frozenset[str] = PrivateAttr(frozenset())
-
     @classmethod
-    def load(cls, raw: dict[str, Any], secret_keys: Iterable[str] = ()) -> StackConfig:
-        """Validate the stack's ``gpu-tenancy`` keys (without the namespace prefix).
-
-        ``secret_keys`` name the keys set as secrets (``pulumi config set --secret``): no error
-        message repeats a value found under them, however deep.
-        """
-        secrets = frozenset(text for key in secret_keys if key in raw for text in secret_values(raw[key]))
+    def load(cls, raw: dict[str, Any]) -> StackConfig:
+        """Validate the stack's ``gpu-tenancy`` keys (without the namespace prefix)."""
         try:
             config = cls.model_validate(raw)
         except ValidationError as error:
-            raise ConfigError(_pydantic_problems(error), secrets) from None
+            raise ConfigError(_pydantic_problems(error)) from None
         problems = list(config._cross_checks())
         if problems:
-            raise ConfigError(problems, secrets)
-        config._secrets = secrets
+            raise ConfigError(problems)
         return config
 
     def tenant(self, name: str) -> Tenant:
@@ -792,18 +773,18 @@ def address_plan(config: StackConfig, node_subnets: str | None = None) -> Addres
         try:
             subnet = addressing.ipv4_subnet(node_subnets)
         except ValueError as error:
-            raise ConfigError([("network", str(error))], config._secrets) from None
+            raise ConfigError([("network", str(error))]) from None
     pool = config.network.address_pool
     if pool is None:
         if subnet is None:
             if config.management.mode == "existing":
                 # No MetalLB: the existing cluster's LoadBalancer implementation hands out addresses.
                 return AddressPlan(None, {t.name: t.vip for t in config.tenants if t.vip is not None})
-            raise ConfigError([("network.pool", "is required when no kind network provides one")], config._secrets)
+            raise ConfigError([("network.pool", "is required when no kind network provides one")])
         try:
             pool = addressing.pool_for_subnet(subnet)
         except ValueError as error:
-            raise ConfigError([("network.pool", str(error))], config._secrets) from None
+            raise ConfigError([("network.pool", str(error))]) from None
         for i, tenant in enumerate(config.tenants):
             if tenant.vip is not None and tenant.vip not in pool:
                 problems.append(
@@ -838,14 +819,14 @@ def address_plan(config: StackConfig, node_subnets: str | None = None) -> Addres
                 if cidr.overlaps(subnet):
                     problems.append((f"tenants[{i}].{key}", f"{cidr} overlaps the node network {subnet}"))
     if problems:
-        raise ConfigError(problems, config._secrets)
+        raise ConfigError(problems)
     try:
         vips = addressing.assign_vips(pool, [(t.name, t.vip) for t in config.tenants])
     except ValueError as error:
-        raise ConfigError([("network.pool", str(error))], config._secrets) from None
+        raise ConfigError([("network.pool", str(error))]) from None
     problems.extend(_cidrs_holding_vips(config.tenants, vips))
     if problems:
-        raise ConfigError(problems, config._secrets)
+        raise ConfigError(problems)
     return AddressPlan(pool, vips, subnet)
 
 

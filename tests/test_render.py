@@ -211,10 +211,16 @@ def test_every_helm_release_creates_its_namespace(dev: harness.Render) -> None:
         assert release["inputs"]["createNamespace"] is True, release["name"]
 
 
-def test_a_key_set_as_a_secret_is_not_repeated_in_the_programs_errors() -> None:
-    # `pulumi config set --secret gpu-tenancy:tenants '[...]'`: the program learns which keys are secret from the SDK.
-    config = {"gpu-tenancy:tenants": json.dumps([{"name": "Team_Secret"}])}
+def test_errors_stay_readable_when_a_path_secret_makes_the_whole_key_secret() -> None:
+    # `pulumi config set --secret --path 'tenants[0].workers[0].ssh.privateKey'` makes all of
+    # `tenants` a secret for the program; only the secret fields themselves are never quoted.
+    worker = {"name": "w", "ssh": {"host": "10.0.0.11", "user": "ubuntu", "privateKey": 42}}
+    config = {
+        "gpu-tenancy:management": json.dumps({"mode": "existing", "kubeconfig": "apiVersion: v1"}),
+        "gpu-tenancy:tenants": json.dumps([{"name": "Team_A", "workers": [worker]}]),
+    }
     with pytest.raises(harness.RenderError) as caught:
-        harness.render(config, secret_keys=["gpu-tenancy:tenants"])
-    assert "tenants[0].name: '[secret]' is not a DNS-1035 label" in str(caught.value)
-    assert "Team_Secret" not in str(caught.value)
+        harness.render(config, secret_keys=["gpu-tenancy:tenants", "gpu-tenancy:management"])
+    assert "tenants[0].name: 'Team_A' is not a DNS-1035 label" in str(caught.value)
+    assert "tenants[0].workers[0].ssh.privateKey: Input should be a valid string" in str(caught.value)
+    assert "42" not in str(caught.value)
