@@ -451,12 +451,8 @@ class Tenant(_Model):
     name: Annotated[str, AfterValidator(_dns_1035), AfterValidator(_tenant_name)]
     kubernetes_version: KubernetesVersion = versions.DEFAULT_KUBERNETES_VERSION
     vip: Annotated[ipaddress.IPv4Address, BeforeValidator(_strict_address), AfterValidator(_routable_address)] | None = None
-    pod_cidr: Annotated[ipaddress.IPv4Network, BeforeValidator(_strict_cidr), AfterValidator(_pod_cidr)] = ipaddress.IPv4Network(
-        "10.244.0.0/16"
-    )
-    service_cidr: Annotated[ipaddress.IPv4Network, BeforeValidator(_strict_cidr), AfterValidator(_service_cidr)] = (
-        ipaddress.IPv4Network("10.96.0.0/16")
-    )
+    pod_cidr: PodCidr = ipaddress.IPv4Network("10.244.0.0/16")
+    service_cidr: ServiceCidr = ipaddress.IPv4Network("10.96.0.0/16")
     workers: list[Worker] = []
     quota: Quota | None = None
     # shared: Kamaji's default DataStore; dedicated: a kamaji-etcd of the tenant's own; any other
