@@ -8,6 +8,8 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 import yaml
 
+from gpu_tenancy.addressing import inspect_subnets
+
 # kind puts every node on this docker network (KIND_EXPERIMENTAL_DOCKER_NETWORK aside); tenant
 # workers join it too, so MetalLB's VIPs are reachable from them and from the host.
 KIND_NETWORK = "kind"
@@ -115,8 +117,44 @@ kind delete cluster --name "$KIND_CLUSTER" --kubeconfig "$scratch/kubeconfig"
 """
 )
 
-# IPv4 and, on IPv6-enabled hosts, IPv6 subnets; the program picks the IPv4 one.
-_INSPECT_NETWORK = "docker network inspect " + KIND_NETWORK + " --format '{{range .IPAM.Config}}{{.Subnet}} {{end}}'"
+# Pulumi reaches every tenant API server at its MetalLB VIP on the kind network, so this machine must
+# route to that network. An engine in a VM (Docker Desktop on macOS, Windows or Linux; Colima;
+# Rancher Desktop) keeps it inside the VM: there `pulumi up` would wait out every tenant's timeouts.
+# kind's control-plane node serves its API on that network (port 6443); a machine that cannot open it
+# cannot reach a VIP either (MetalLB answers for them on the same bridge). Python is the one
+# prerequisite that can open a socket here (no curl, nc or GNU timeout on every host).
+NODE_API_PORT = 6443
+_CONNECT = f"""import socket, sys
+try:
+    socket.create_connection((sys.argv[1], {NODE_API_PORT}), timeout=5).close()
+except OSError as error:
+    sys.exit(str(error) or type(error).__name__)"""
+_NODE_IP = '{{with index .NetworkSettings.Networks "' + KIND_NETWORK + '"}}{{.IPAddress}}{{end}}'
+_ROUTE_CHECK = f"""node="$KIND_CLUSTER-control-plane"
+node_ip="$(docker inspect --format '{_NODE_IP}' "$node")"
+if [ -z "$node_ip" ]; then
+  echo "error: kind's node $node has no IPv4 address on the docker network {KIND_NETWORK}" >&2
+  exit 1
+fi
+if ! command -v python3 >/dev/null; then
+  echo "error: python3 is not on PATH; it checks that this machine reaches the docker network {KIND_NETWORK}" >&2
+  exit 1
+fi
+attempt=1
+until reason="$(python3 -c '{_CONNECT}' "$node_ip" 2>&1)"; do
+  if [ "$attempt" -ge 3 ]; then
+    echo "error: this machine cannot reach the docker network {KIND_NETWORK}: kind's node $node at $node_ip:{NODE_API_PORT}" \\
+      "does not answer ($reason). Pulumi reaches each tenant's API server at its VIP on that network, and an engine" \\
+      "in a VM (Docker Desktop, Colima, Rancher Desktop) does not route it to this machine: run on Linux with a" \\
+      "native docker engine, or add a route into the VM's docker network (e.g. docker-mac-net-connect)" >&2
+    exit 1
+  fi
+  attempt=$((attempt + 1))
+  sleep 2
+done
+"""
+# The subnets once the route is there: IPv4 and, on IPv6-enabled hosts, IPv6; the program picks the IPv4 one.
+_INSPECT_NETWORK = "set -eu\n" + _ROUTE_CHECK + inspect_subnets(KIND_NETWORK) + "\n"
 
 
 def kind_config(node_image: str) -> str:
@@ -165,6 +203,7 @@ class KindCluster(pulumi.ComponentResource):
         inspect = command.local.Command(
             f"{name}-kind-network",
             create=_INSPECT_NETWORK,
+            environment={"KIND_CLUSTER": cluster_name},
             triggers=[cluster.id],
             opts=pulumi.ResourceOptions(parent=self),
         )

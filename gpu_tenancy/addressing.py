@@ -57,6 +57,14 @@ class AddressPool:
         return any(part.overlaps(network) for part in self.networks())
 
 
+def inspect_subnets(network: str) -> str:
+    """The command that prints ``network``'s IPAM subnets on one line, as ``ipv4_subnet`` reads them.
+
+    The policy pack finds kind's subnet by a command whose script ends with this line.
+    """
+    return f"docker network inspect {network} --format '{{{{range .IPAM.Config}}}}{{{{.Subnet}}}} {{{{end}}}}'"
+
+
 def ipv4_subnet(subnets: str) -> Network:
     """Pick the IPv4 subnet out of ``docker network inspect``'s IPAM subnets.
 

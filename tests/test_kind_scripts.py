@@ -6,7 +6,9 @@ Only a cluster this stack created (its owner file on the node names the stack) i
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -81,7 +83,7 @@ esac""",
     return result, log.read_text().splitlines() if log.exists() else []
 
 
-@pytest.mark.parametrize("script", [kind_cluster._CREATE, kind_cluster._DELETE])
+@pytest.mark.parametrize("script", [kind_cluster._CREATE, kind_cluster._DELETE, kind_cluster._INSPECT_NETWORK])
 def test_the_scripts_are_posix_and_shellcheck_clean(script: str) -> None:
     assert_valid_machine_script(script)
 
@@ -207,3 +209,77 @@ def test_kind_refuses_a_rootless_engine(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "error: this docker engine is rootless" in result.stderr
     assert not [line for line in log if line.startswith("kind create")]
+
+
+SUBNETS = "172.18.0.0/16 fc00:f853:ccd:e793::/64 \n"
+
+
+@pytest.fixture
+def node_api() -> Iterator[str]:
+    """A listener where kind's node serves its API: 6443 on a loopback address nothing else uses."""
+    listener = socket.socket()
+    try:
+        listener.bind(("127.0.0.2", kind_cluster.NODE_API_PORT))
+    except OSError as error:  # not Linux (no 127.0.0.2), or the port is taken there
+        listener.close()
+        pytest.skip(f"cannot listen on 127.0.0.2:{kind_cluster.NODE_API_PORT}: {error}")
+    listener.listen()
+    with listener:
+        yield "127.0.0.2"
+
+
+def inspect_network(tmp_path: Path, node_ip: str, path: str | None = None) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """Run the kind network's script with a stand-in docker whose node ``kamaji-control-plane`` has ``node_ip``."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "log"
+    bin_dir.mkdir()
+    executable(
+        bin_dir / "docker",
+        f"""#!/bin/sh
+echo "docker $*" >> "{log}"
+case "$1 $2" in
+  "inspect --format") [ "$4" = kamaji-control-plane ] || exit 1; echo "{node_ip}" ;;
+  "network inspect") printf '{SUBNETS}' ;;
+esac""",
+    )
+    executable(bin_dir / "sleep", f'#!/bin/sh\necho "sleep $*" >> "{log}"')  # retries without the wait
+    env = {"PATH": path or f"{bin_dir}:{os.environ['PATH']}", "KIND_CLUSTER": "kamaji"}
+    result = subprocess.run(
+        ["/bin/sh", "-c", kind_cluster._INSPECT_NETWORK], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    return result, log.read_text().splitlines() if log.exists() else []
+
+
+def test_the_kind_networks_subnets_come_once_this_machine_reaches_kinds_node(tmp_path: Path, node_api: str) -> None:
+    result, log = inspect_network(tmp_path, node_api)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == SUBNETS
+    assert log[0].startswith("docker inspect --format ") and '.NetworkSettings.Networks "kind"' in log[0]
+    assert log[1:] == ["docker network inspect kind --format {{range .IPAM.Config}}{{.Subnet}} {{end}}"]
+
+
+def test_a_kind_network_this_machine_cannot_reach_stops_the_run_before_any_vip(tmp_path: Path) -> None:
+    # Docker Desktop's VM, Colima: the node's address leads nowhere from here. Nothing listens on
+    # 127.0.0.3, so the connection is refused at once; a VM's network times out the same way.
+    result, log = inspect_network(tmp_path, "127.0.0.3")
+    assert result.returncode == 1
+    assert "error: this machine cannot reach the docker network kind: kind's node kamaji-control-plane" in result.stderr
+    assert "at 127.0.0.3:6443 does not answer ([Errno 111] Connection refused)" in result.stderr
+    assert "docker-mac-net-connect" in result.stderr
+    assert result.stdout == ""
+    # Three attempts, two waits between them, and no subnets for MetalLB's pool.
+    assert [line for line in log if line.startswith("sleep")] == ["sleep 2", "sleep 2"]
+    assert not [line for line in log if line.startswith("docker network")]
+
+
+def test_a_node_without_an_address_on_the_kind_network_is_named(tmp_path: Path) -> None:
+    result, log = inspect_network(tmp_path, "")
+    assert result.returncode == 1
+    assert "error: kind's node kamaji-control-plane has no IPv4 address on the docker network kind" in result.stderr
+    assert not [line for line in log if line.startswith("docker network")]
+
+
+def test_without_python_the_route_check_says_what_is_missing(tmp_path: Path) -> None:
+    # Only the stand-ins on PATH: no python3 to open the socket with.
+    result, _ = inspect_network(tmp_path, "127.0.0.3", path=str(tmp_path / "bin"))
+    assert result.returncode == 1
+    assert "error: python3 is not on PATH" in result.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import yaml
 
+from components import kind_cluster
 from gpu_tenancy import versions
 from tests.conftest import COMMAND, K8S_PROVIDER, RELEASE, dev_config, render_config
 from tools import harness
@@ -61,8 +62,10 @@ def test_management_kubeconfig_is_a_secret_and_feeds_the_provider(dev: harness.R
 def test_the_kind_subnet_is_read_after_kind_runs(dev: harness.Render) -> None:
     network = dev.one(COMMAND, "gpu-tenancy-management-kind-network")
     kind = dev.one(COMMAND, "gpu-tenancy-management-kind-cluster")
-    assert "docker network inspect kind" in network["inputs"]["create"]
+    assert network["inputs"]["create"] == kind_cluster._INSPECT_NETWORK
     assert kind["urn"] in network["dependencies"]
+    # The route check opens the API port of this stack's own kind node (tests/test_kind_scripts.py).
+    assert network["inputs"]["environment"] == {"KIND_CLUSTER": kind["inputs"]["environment"]["KIND_CLUSTER"]}
 
 
 def releases(render: harness.Render) -> dict[str, dict]:

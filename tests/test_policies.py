@@ -281,6 +281,13 @@ def kind_network_output(document: dict) -> None:
     )
 
 
+def kind_network_script(document: dict, script: str) -> None:
+    record(document, COMMAND, "gpu-tenancy-management-kind-network")["inputs"]["create"] = script
+
+
+# The kind network's script before it checked the route (what stacks deployed then keep in state).
+BARE_INSPECT = "docker network inspect kind --format '{{range .IPAM.Config}}{{.Subnet}} {{end}}'"
+
 DIGEST = "sha256:" + "0" * 64
 
 
@@ -443,6 +450,27 @@ CASES = [
         "unique-tenant-endpoints",
         lambda d: (kind_network_output(d), spec(d, "tenant-a")["networkProfile"].update(serviceCidrs=["172.18.0.0/24"])),
         "serviceCidrs 172.18.0.0/24 overlaps the node network 172.18.0.0/16",
+    ),
+    Case(
+        "service-cidr-on-the-node-network-of-an-older-kind-script",
+        "unique-tenant-endpoints",
+        lambda d: (
+            kind_network_output(d),
+            kind_network_script(d, BARE_INSPECT),
+            spec(d, "tenant-a")["networkProfile"].update(serviceCidrs=["172.18.0.0/24"]),
+        ),
+        "serviceCidrs 172.18.0.0/24 overlaps the node network 172.18.0.0/16",
+    ),
+    Case(
+        # Subnets are what a script prints only when the inspect is its last line.
+        "a-script-that-prints-more-after-the-inspect-is-no-subnet",
+        "unique-tenant-endpoints",
+        lambda d: (
+            kind_network_output(d),
+            kind_network_script(d, BARE_INSPECT + "\necho 10.0.0.0/8"),
+            spec(d, "tenant-a")["networkProfile"].update(serviceCidrs=["172.18.0.0/24"]),
+        ),
+        None,
     ),
     Case(
         "two-load-balancers-one-address",

@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
-from gpu_tenancy.addressing import AddressPool, ipv4_subnet
+from gpu_tenancy.addressing import AddressPool, inspect_subnets, ipv4_subnet
 
 from . import kinds
 from .findings import Finding
@@ -48,6 +48,12 @@ def metallb_pools(stack: StackView, provider_urn: str | None = None) -> list[Add
     return found
 
 
+def _ends_with_subnets(script: str) -> bool:
+    """Whether what ``script`` prints is a docker network's subnets (``inspect_subnets`` as its last line)."""
+    words = script.rstrip().rsplit("\n", 1)[-1].split(" ")
+    return len(words) > 3 and " ".join(words) == inspect_subnets(words[3])
+
+
 def node_networks(stack: StackView) -> list[tuple[str, list[Any]]]:
     """(description, networks) for what is known of the node network.
 
@@ -61,7 +67,8 @@ def node_networks(stack: StackView) -> list[tuple[str, list[Any]]]:
         found.extend((f"the MetalLB pool {pool}", list(pool.networks())) for pool in pools)
     for command in stack.of_type(*kinds.COMMAND_TYPES):
         create, stdout = command.get("create"), command.get("stdout")
-        if isinstance(create, str) and create.startswith("docker network inspect") and isinstance(stdout, str) and stdout:
+        # kind's network: its subnets are the last line of the script (after kind_cluster's route check).
+        if isinstance(create, str) and _ends_with_subnets(create) and isinstance(stdout, str) and stdout:
             try:
                 subnet = ipv4_subnet(stdout)
             except ValueError:
