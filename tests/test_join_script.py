@@ -139,6 +139,17 @@ def test_leftovers_of_an_earlier_run_are_reset_before_joining(tmp_path: Path) ->
     assert code == 0 and calls == ["kubeadm reset", "kubeadm join"]
 
 
+@pytest.mark.parametrize("leftover", ["bootstrap-kubelet.conf", "pki/ca.crt", "kubelet.conf"])
+def test_any_one_leftover_of_a_join_is_reset_first(tmp_path: Path, leftover: str) -> None:
+    # kubeadm's preflight (FileAvailable) refuses each of them on its own.
+    k8s = tmp_path / "etc" / "kubernetes"
+    (k8s / "pki").mkdir(parents=True)
+    (k8s / leftover).write_text("" if leftover != "kubelet.conf" else "    server: https://172.18.255.99:6443\n")
+    code, calls, _ = run_join(tmp_path)
+    assert code == 0
+    assert calls[:2] == ["kubeadm reset", "kubeadm join"]
+
+
 def test_a_joined_machine_only_gets_its_labels_again(tmp_path: Path) -> None:
     run_join(tmp_path)
     (tmp_path / "log").unlink()
@@ -209,6 +220,18 @@ def test_an_expired_token_stops_the_join_before_kubeadm_runs(tmp_path: Path, exp
     code, calls, _ = run_join(tmp_path, expires=expires)
     assert (code == 0) is joins
     assert ("kubeadm join" in calls) is joins
+
+
+@pytest.mark.parametrize(
+    ("expires", "joins"), [("2026-12-02T10:00:00Z", False), ("2026-12-02T10:00:01Z", True), ("2026-12-02T09:59:59Z", False)]
+)
+def test_a_token_is_expired_from_its_expiry_second_on(tmp_path: Path, expires: str, joins: bool) -> None:
+    # The tokencleaner deletes a token once its expiration is not after now; so does the script.
+    (tmp_path / "bin").mkdir()
+    executable(tmp_path / "bin" / "date", "#!/bin/sh\necho 2026-12-02T10:00:00Z\n")
+    code, calls, _ = run_join(tmp_path, expires=expires)
+    assert ("kubeadm join" in calls) is joins
+    assert (code == 0) is joins
 
 
 @pytest.mark.parametrize(

@@ -350,6 +350,24 @@ def test_two_cards_for_one_container():
     assert result.devices == ((Allocation(second, 1, 20000, 30), Allocation(first, 0, 20000, 30)),)
 
 
+@pytest.mark.parametrize(("cards_on_node", "taken"), [(2, [1, 0]), (3, [2, 1])])
+def test_topology_aware_takes_the_first_fitting_cards_when_enough_fit(cards_on_node: int, taken: list[int]):
+    # HAMi's Fit collects every fitting card, then takes them all when exactly as many fit as asked
+    # and the best-scored combination when more do; with no pair scores that is the first ones seen.
+    node = gpu_node("w0", "L4", cards_on_node)
+    two = pod("two", ctr(gpu=2, mem=20000, cores=30), annotations={GPU_POLICY_ANNOTATION: "topology-aware"})
+    (result,) = plan([two], [node])
+    assert [allocation.index for allocation in result.devices[0]] == taken
+
+
+def test_topology_aware_fails_when_fewer_cards_fit_than_asked():
+    node = gpu_node("w0", "L4", 2)
+    node.devices[0].usedmem = 20000
+    two = pod("two", ctr(gpu=2, mem=10000, cores=30), annotations={GPU_POLICY_ANNOTATION: "topology-aware"})
+    (result,) = plan([two], [node])
+    assert result.node_reasons == {"w0": "1/2 AllocatedCardsInsufficientRequest, 1/2 CardInsufficientMemory"}
+
+
 def test_more_cards_than_the_node_has():
     (result,) = plan([pod("three", ctr(gpu=3, mem=1000))], [gpu_node("w0", "L4", 2)])
     assert result.node_reasons == {"w0": "NodeInsufficientDevice"}

@@ -158,6 +158,24 @@ def test_bootstrap_token_secret_format(dev_secrets: harness.Render) -> None:
     assert secret["provider"] == dev_secrets.one(K8S_PROVIDER, "tenant-a")["urn"]
 
 
+@pytest.mark.parametrize(
+    ("token_id", "token_secret"),
+    [
+        ("abc12", "0123456789abcdef"),
+        ("abcdefg", "0123456789abcdef"),
+        ("ABCDEF", "0123456789abcdef"),
+        ("abcdef", "0123456789abcde"),
+        ("abcdef", "0123456789abcdeF"),
+        ("abcdef", "0123456789abcdef0"),
+    ],
+)
+def test_a_malformed_token_never_becomes_a_secret(token_id: str, token_secret: str) -> None:
+    # The API server would accept the Secret, and kubeadm's join then fail much later with no reason given.
+    with pytest.raises(ValueError, match=r"\[a-z0-9\]\{6\} and secret \[a-z0-9\]\{16\}"):
+        kubeadm.bootstrap_token_secret(token_id, token_secret, "2026-12-02T00:00:00Z", "join")
+    assert kubeadm.bootstrap_token_secret("abcdef", "0123456789abcdef", "2026-12-02T00:00:00Z", "join")["token-id"] == "abcdef"
+
+
 def test_token_is_never_in_plain_text(dev: harness.Render) -> None:
     assert token_secret(dev, "tenant-a-worker-0")["inputs"]["stringData"] == "[secret]"
     join = dev.one(COMMAND, "tenant-a-worker-0-join")["inputs"]
