@@ -47,6 +47,14 @@ def test_tcp_spec(dev: harness.Render) -> None:
     assert "NodeRestriction" in spec["kubernetes"]["admissionControllers"]
     # No management-cluster token in the tenant's control-plane pods (kamaji.md: mounted unless set).
     assert spec["controlPlane"]["deployment"]["automountServiceAccountToken"] is False
+    # One management node: a second replica would cost memory and buy no availability.
+    assert spec["controlPlane"]["deployment"]["replicas"] == 1
+    # The tenant label on the TCP, its pods, its Service and its namespace (what policies and `validate` select by).
+    assert tcp["metadata"]["labels"] == {"gpu-tenancy.io/tenant": "tenant-a", "tenant.clastix.io": "tenant-a"}
+    assert spec["controlPlane"]["deployment"]["additionalMetadata"] == {"labels": {"gpu-tenancy.io/tenant": "tenant-a"}}
+    assert spec["controlPlane"]["service"]["additionalMetadata"]["labels"] == {"gpu-tenancy.io/tenant": "tenant-a"}
+    namespace = dev.one(NAMESPACE, "tenant-a-namespace")["inputs"]["metadata"]
+    assert namespace == {"name": "tenant-a", "labels": {"gpu-tenancy.io/tenant": "tenant-a"}}
 
 
 # The KubeletConfiguration Kamaji uploads, as far as the patches touch it. Kamaji sets
@@ -67,6 +75,9 @@ def test_kubelet_patches_apply_to_the_configuration_kamaji_uploads(dev: harness.
     patched = jsonpatch.apply_patch({**KAMAJI_KUBELET_CONFIG, **uploaded}, patches)
     assert patched["cgroupDriver"] == "systemd"
     assert patched["failSwapOn"] is False
+    # kind's values: a laptop's fuller disk must not evict the tenant's pods.
+    assert patched["evictionHard"] == {"nodefs.available": "0%", "nodefs.inodesFree": "0%", "imagefs.available": "0%"}
+    assert patched["imageGCHighThresholdPercent"] == 100
 
 
 def test_tenant_cidrs_and_konnectivity_version_come_from_config() -> None:
