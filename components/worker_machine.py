@@ -38,10 +38,11 @@ class WorkerMachine(Protocol):
 
 def prelude(values: dict[str, pulumi.Input[str]]) -> pulumi.Output[str]:
     """Shell assignments that hand values to a script on its stdin, never on a command line."""
-    lines = [
-        pulumi.Output.concat(key, "=", pulumi.Output.from_input(value).apply(shlex.quote), "\n") for key, value in values.items()
-    ]
-    return pulumi.Output.concat(*lines) if lines else pulumi.Output.from_input("")
+    if not values:
+        return pulumi.Output.from_input("")
+    return pulumi.Output.all(**values).apply(
+        lambda resolved: "".join(f"{key}={shlex.quote(value)}\n" for key, value in resolved.items())
+    )
 
 
 def secret_prelude(secrets: dict[str, pulumi.Input[str]]) -> pulumi.Output[str]:
