@@ -97,7 +97,8 @@ class DockerWorkerMachine(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
         )
         self.machine_id = container.id
-        self._container_name = container.name
+        # The name is ours, fixed above; every command on the machine waits for it through machine_id.
+        self._container_name = name
         self._engine = host.endpoint
         self.register_outputs({"containerId": self.machine_id})
 
@@ -121,10 +122,8 @@ class DockerWorkerMachine(pulumi.ComponentResource):
         passed = " ".join(f"-e {key}" for key in environment)
         return command.local.Command(
             name,
-            create=self._container_name.apply(lambda container: f"docker exec -i {passed} {container} sh -s"),
-            delete=self._container_name.apply(lambda container: f"docker exec {container} sh -c {shlex.quote(delete)} || true")
-            if delete
-            else None,
+            create=f"docker exec -i {passed} {self._container_name} sh -s",
+            delete=f"docker exec {self._container_name} sh -c {shlex.quote(delete)} || true" if delete else None,
             stdin=pulumi.Output.concat(secret_prelude(secrets), script),
             environment={**environment, "DOCKER_HOST": self._engine},
             triggers=[*(triggers or []), self.machine_id],
