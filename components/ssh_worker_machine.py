@@ -147,6 +147,13 @@ class SshWorkerMachine(pulumi.ComponentResource):
             host_key=ssh.host_key,
         )
         self._host = ssh.host
+        if ssh.host_key is None:
+            # pulumi-command then checks no host key at all, on any connection, not only the first.
+            pulumi.log.warn(
+                f"worker {name}: no ssh.hostKey, so any machine answering at {ssh.host}:{ssh.port} is trusted with the "
+                f"join token and root commands; pin it with a line of `ssh-keyscan -p {ssh.port} {ssh.host}`",
+                resource=self,
+            )
         prepare = self._command(
             f"{name}-prepare",
             script=_PREPARE,

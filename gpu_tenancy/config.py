@@ -407,7 +407,7 @@ class SshTarget(_Model):
     user: Annotated[str, AfterValidator(_ssh_user)]
     private_key: NonBlank = Field(repr=False)
     port: StrictInt = Field(22, ge=1, le=65535)
-    # The host's public key as in known_hosts; without it the first connection is trusted.
+    # The host's public key as in known_hosts; without it pulumi-command checks no host key at all.
     host_key: Annotated[str, AfterValidator(_ssh_host_key)] | None = None
 
     @cached_property

@@ -240,3 +240,28 @@ def test_a_host_whose_containerd_already_defaults_to_nvidia_is_left_alone(tmp_pa
     assert result.returncode == 0, result.stderr
     assert calls(tmp_path, "nvidia-ctk") == []
     assert calls(tmp_path, "systemctl restart containerd") == []
+
+
+HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpIN7xjIVPkUq2ZWiLzEBVYK1h8a3wZkm5cB8S2lT0p"
+
+
+@pytest.mark.parametrize("host_key", [None, HOST_KEY])
+def test_an_unpinned_host_key_is_warned_about_and_a_pinned_one_checked(
+    host_key: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    # pulumi-command checks no host key at all without one: not only the first connection is trusted.
+    stack = ssh_stack("v1.36.4")
+    if host_key is not None:
+        stack["tenants"][0]["workers"][0]["ssh"]["hostKey"] = host_key
+    with caplog.at_level("WARNING"):
+        render = render_config(stack, show_secrets=True)
+    warnings = [record.getMessage() for record in caplog.records if "hostKey" in record.getMessage()]
+    if host_key is None:
+        assert warnings == [
+            "worker gpu-host-1: no ssh.hostKey, so any machine answering at 10.0.0.11:22 is trusted with the join token "
+            "and root commands; pin it with a line of `ssh-keyscan -p 22 10.0.0.11`"
+        ]
+    else:
+        assert warnings == []
+    connections = {r["name"]: r["inputs"]["connection"] for r in render.find(REMOTE)}
+    assert connections and all(connection.get("hostKey") == host_key for connection in connections.values())
