@@ -104,7 +104,9 @@ class ManagementCluster(pulumi.ComponentResource):
                 api_version="metallb.io/v1beta1",
                 kind="IPAddressPool",
                 metadata={"name": POOL_NAME, "namespace": METALLB_NAMESPACE},
-                spec={"addresses": [pool], "autoAssign": True},
+                # Every TCP asks for its VIP by name (metallb.io/loadBalancerIPs); other LoadBalancer
+                # Services of the cluster must not take a tenant's address before its TCP exists.
+                spec={"addresses": [pool], "autoAssign": False},
                 opts=after_metallb,
             )
             advertisement = k8s.apiextensions.CustomResource(

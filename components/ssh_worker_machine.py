@@ -71,9 +71,13 @@ if [ "$GPU_MODE" = nvidia ]; then
   # Asked of the effective configuration: nvidia-ctk >= 1.18 writes a drop-in (conf.d/99-nvidia.toml)
   # that containerd reads only through config.toml's imports, which a config.toml replaced above
   # no longer has; nvidia-ctk then adds them back. containerd 1.7 quotes the value with ", 2.x with '.
-  if ! containerd config dump 2>/dev/null | grep -Eq "default_runtime_name = [\\"']nvidia[\\"']"; then
+  nvidia_default() { containerd config dump 2>/dev/null | grep -Eq "default_runtime_name = [\\"']nvidia[\\"']"; }
+  if ! nvidia_default; then
     nvidia-ctk runtime configure --runtime=containerd --set-as-default
     systemctl restart containerd
+    # nvidia-ctk 1.18.0 wrote its drop-in where containerd does not look (nvidia-container-toolkit#1404).
+    nvidia_default || { echo "gpuMode nvidia: containerd's default runtime is still not nvidia after" \\
+      "nvidia-ctk runtime configure ($(nvidia-ctk --version | head -n 1)); upgrade the NVIDIA Container Toolkit" >&2; exit 1; }
   fi
 fi
 
@@ -106,7 +110,7 @@ _CLEAN_UP = (
     "for table in iptables ip6tables; do "
     '"$table-save" | grep -v -e KUBE- -e "cali[-:]" | "$table-restore" || true; done; '
     "apt-mark unhold kubelet kubeadm kubectl || true; "
-    "DEBIAN_FRONTEND=noninteractive apt-get purge -y -q kubelet kubeadm kubectl || true; "
+    "DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 purge -y -q kubelet kubeadm kubectl || true; "
     "rm -f /etc/apt/sources.list.d/kubernetes.list /etc/modules-load.d/gpu-tenancy.conf /etc/sysctl.d/99-gpu-tenancy.conf"
 )
 
@@ -151,7 +155,8 @@ class SshWorkerMachine(pulumi.ComponentResource):
             # pulumi-command then checks no host key at all, on any connection, not only the first.
             pulumi.log.warn(
                 f"worker {name}: no ssh.hostKey, so any machine answering at {ssh.host}:{ssh.port} is trusted with the "
-                f"join token and root commands; pin it with a line of `ssh-keyscan -p {ssh.port} {ssh.host}`",
+                f"join token and root commands; pin it with a line of `ssh-keyscan -p {ssh.port} {ssh.host}` before the "
+                "worker's first `pulumi up` (any change to ssh replaces its steps: kubeadm reset, then a new join)",
                 resource=self,
             )
         prepare = self._command(
@@ -206,5 +211,8 @@ class SshWorkerMachine(pulumi.ComponentResource):
             stdin=pulumi.Output.concat(prelude(environment), secret_prelude(secrets), script),
             triggers=triggers,
             logging=command.remote.Logging.STDERR,
+            # The previous output would go as PULUMI_COMMAND_STDOUT/STDERR variables, which sshd
+            # refuses (a warning per update or delete, pulumi-command#584); no script reads them.
+            add_previous_output_in_env=False,
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(delete_before_replace=True)),
         )

@@ -154,7 +154,9 @@ class Tenant(pulumi.ComponentResource):
     def _machine(self, tenant: TenantConfig, worker: WorkerConfig, docker_host: DockerHost | None) -> WorkerMachine:
         child = pulumi.ResourceOptions(parent=self)
         if worker.ssh is not None:
-            return SshWorkerMachine(worker.name, worker.ssh, tenant.kubernetes_version, tenant.gpu_mode, child)
+            # Only a host with cards needs NVIDIA's driver and runtime; a CPU host of an nvidia tenant does not.
+            gpu_mode = tenant.gpu_mode if worker.gpus else "none"
+            return SshWorkerMachine(worker.name, worker.ssh, tenant.kubernetes_version, gpu_mode, child)
         if docker_host is None:  # config validation requires a network for docker workers
             raise ValueError(f"docker worker {worker.name} has no docker host to run on")
         return DockerWorkerMachine(worker.name, tenant.name, tenant.kubernetes_version, docker_host, child)

@@ -116,7 +116,8 @@ def test_services_are_ordered_by_real_dependencies_only(dev: harness.Render) -> 
 def test_pool_is_derived_from_the_kind_network(dev: harness.Render) -> None:
     pool = dev.one(POOL)
     assert pool["inputs"]["metadata"] == {"name": "gpu-tenancy", "namespace": "metallb-system"}
-    assert pool["inputs"]["spec"] == {"addresses": ["172.18.255.200-172.18.255.250"], "autoAssign": True}
+    # Only the TCPs, which name their VIPs, get addresses from the pool.
+    assert pool["inputs"]["spec"] == {"addresses": ["172.18.255.200-172.18.255.250"], "autoAssign": False}
     assert dev.one(COMMAND, "gpu-tenancy-management-kind-network")["urn"] in pool["dependencies"]
     assert dev.one(L2)["inputs"]["spec"] == {"ipAddressPools": ["gpu-tenancy"]}
 

@@ -279,7 +279,8 @@ def test_nvidia_mode_runs_hamis_real_device_plugin(prod: harness.Render) -> None
     assert "GPU_MODE=nvidia\n" in prepare and "nvidia-ctk runtime configure --runtime=containerd --set-as-default" in prepare
     # The guard asks containerd's effective configuration (drop-ins included only when imported;
     # tests/test_ssh_worker.py runs it). A driver that finds no GPU stops the preparation.
-    assert 'if ! containerd config dump 2>/dev/null | grep -Eq "default_runtime_name = ' in prepare
+    assert 'nvidia_default() { containerd config dump 2>/dev/null | grep -Eq "default_runtime_name = ' in prepare
+    assert "if ! nvidia_default; then" in prepare
     assert 'nvidia-smi -L >/dev/null || { echo "gpuMode nvidia: nvidia-smi finds no GPU' in prepare
 
 

@@ -39,6 +39,7 @@ def run_prepare(
     gpu_mode: str = "mock",
     drop_in: str | None = None,
     containerd: str = "1.7",
+    nvidia_ctk: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """The preparation on a host whose dpkg reports ``containerd.io`` in state ``containerd_io``.
 
@@ -89,6 +90,8 @@ exit 0""",
         "gpg": ': > "$3"',
         "systemctl": ":",
     }
+    if nvidia_ctk is not None:
+        stand_ins["nvidia-ctk"] = nvidia_ctk
     for name in ("modprobe", "sysctl", "swapoff", "apt-mark", "curl", "nvidia-smi", *stand_ins):
         executable(bin_dir / name, f'#!/bin/sh\necho "{name} $*" >> "$LOG"\n{stand_ins.get(name, ":")}\n')
     return subprocess.run(
@@ -242,6 +245,40 @@ def test_a_host_whose_containerd_already_defaults_to_nvidia_is_left_alone(tmp_pa
     assert calls(tmp_path, "systemctl restart containerd") == []
 
 
+def test_an_nvidia_ctk_whose_drop_in_containerd_never_reads_stops_the_preparation(tmp_path: Path) -> None:
+    # nvidia-ctk 1.18.0 wrote /etc/containerd/config.d/, which containerd does not import
+    # (nvidia-container-toolkit#1404): the runtime stays runc and HAMi's plugin would find no GPU.
+    etc = tmp_path / "etc"
+    buggy = f"""case "$1" in
+  --version) echo "NVIDIA Container Toolkit CLI version 1.18.0" ;;
+  *) mkdir -p '{etc}/containerd/config.d'; printf '%s\\n' '{NVIDIA_DROP_IN}' > '{etc}/containerd/config.d/99-nvidia.toml' ;;
+esac"""
+    result = run_prepare(tmp_path, None, gpu_mode="nvidia", nvidia_ctk=buggy)
+    assert result.returncode == 1
+    assert (
+        "gpuMode nvidia: containerd's default runtime is still not nvidia after nvidia-ctk runtime configure "
+        "(NVIDIA Container Toolkit CLI version 1.18.0); upgrade the NVIDIA Container Toolkit"
+    ) in result.stderr
+    assert calls(tmp_path, "apt-cache") == []  # stopped before the Kubernetes packages
+
+
+def test_only_hosts_with_cards_get_nvidias_setup_in_an_nvidia_tenant() -> None:
+    # A CPU host (system pods, no gpu=on label) needs no NVIDIA driver or runtime.
+    stack = ssh_stack("v1.36.4")
+    workers = stack["tenants"][0]["workers"]
+    workers[0]["gpus"] = [{"model": "H100-80GB", "count": 8}]
+    workers.append({"name": "cpu-host-1", "ssh": {"host": "10.0.0.12", "user": "ubuntu", "privateKey": KEY}})
+    render = render_config(stack, show_secrets=True)
+    assert "GPU_MODE=nvidia\n" in render.one(REMOTE, "gpu-host-1-prepare")["inputs"]["stdin"]
+    assert "GPU_MODE=none\n" in render.one(REMOTE, "cpu-host-1-prepare")["inputs"]["stdin"]
+
+
+def test_ssh_commands_do_not_send_their_previous_output_as_variables() -> None:
+    # sshd refuses PULUMI_COMMAND_STDOUT/STDERR (AcceptEnv LANG LC_*): a warning per update or delete.
+    render = render_config(ssh_stack("v1.36.4"))
+    assert {r["inputs"]["addPreviousOutputInEnv"] for r in render.find(REMOTE)} == {False}
+
+
 HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpIN7xjIVPkUq2ZWiLzEBVYK1h8a3wZkm5cB8S2lT0p"
 
 
@@ -259,7 +296,8 @@ def test_an_unpinned_host_key_is_warned_about_and_a_pinned_one_checked(
     if host_key is None:
         assert warnings == [
             "worker gpu-host-1: no ssh.hostKey, so any machine answering at 10.0.0.11:22 is trusted with the join token "
-            "and root commands; pin it with a line of `ssh-keyscan -p 22 10.0.0.11`"
+            "and root commands; pin it with a line of `ssh-keyscan -p 22 10.0.0.11` before the worker's first `pulumi up` "
+            "(any change to ssh replaces its steps: kubeadm reset, then a new join)"
         ]
     else:
         assert warnings == []
