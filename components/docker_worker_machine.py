@@ -127,7 +127,8 @@ class DockerWorkerMachine(pulumi.ComponentResource):
             stdin=pulumi.Output.concat(secret_prelude(secrets), script),
             environment={**environment, "DOCKER_HOST": self._engine},
             triggers=[*(triggers or []), self.machine_id],
-            logging=command.local.Logging.STDERR,
+            # kubeadm reports its progress on stdout; secrets reach the script on stdin and are never printed.
+            logging=command.local.Logging.STDOUT_AND_STDERR,
             # The old command's delete undoes what the new one did on the same machine (a
             # `kubeadm reset` after a fresh join), so replacements delete first.
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(delete_before_replace=True)),

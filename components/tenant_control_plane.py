@@ -226,8 +226,11 @@ class TenantControlPlane(pulumi.ComponentResource):
             },
             spec=control_plane_spec(tenant, vip, konnectivity_version, nested_nodes, data_store, rootless),
             # Kamaji's CRD and webhooks come with its release; the LoadBalancer address with MetalLB's pool.
+            # A new version is an update that waits until Kamaji reports it, image pulls included.
             opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[*depends_on, *prerequisites], custom_timeouts=pulumi.CustomTimeouts(create="20m")
+                parent=self,
+                depends_on=[*depends_on, *prerequisites],
+                custom_timeouts=pulumi.CustomTimeouts(create="20m", update="20m"),
             ),
         )
         self.cluster = tcp

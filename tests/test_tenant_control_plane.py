@@ -99,8 +99,9 @@ def test_pulumi_waits_until_the_tcp_is_ready(dev: harness.Render) -> None:
     # The tenant network patches kube-proxy's DaemonSet and HAMi's webhook needs Konnectivity: both must exist.
     assert "jsonpath={.status.addons.kubeProxy.enabled}=true" in conditions
     assert "jsonpath={.status.addons.konnectivity.enabled}=true" in conditions
-    # Kamaji reconciles for minutes on a laptop: Pulumi's 10-minute default is not enough.
-    assert dev.one(TCP, "tenant-a")["options"]["customTimeouts"] == {"create": "20m"}
+    # Kamaji reconciles for minutes on a laptop: Pulumi's 10-minute default is not enough, for a
+    # new TCP nor for a new version (an update that waits until the TCP reports that version).
+    assert dev.one(TCP, "tenant-a")["options"]["customTimeouts"] == {"create": "20m", "update": "20m"}
 
 
 def test_the_wait_includes_the_requested_version() -> None:

@@ -283,6 +283,13 @@ def test_join_reruns_only_when_token_endpoint_or_machine_change(dev_secrets: har
     assert container["urn"] in dev_secrets.one(COMMAND, "tenant-a-worker-0-join")["dependencies"]
 
 
+def test_joins_show_kubeadms_progress_but_kinds_kubeconfig_is_never_logged(dev: harness.Render) -> None:
+    # kubeadm writes its phases to stdout; kind's command prints the management kubeconfig there.
+    machine_steps = [r for r in dev.find(COMMAND) if r["name"].endswith(("-join", "-gpu-registration"))]
+    assert len(machine_steps) == 4 and {r["inputs"]["logging"] for r in machine_steps} == {"stdoutAndStderr"}
+    assert dev.one(COMMAND, "gpu-tenancy-management-kind-cluster")["inputs"]["logging"] == "stderr"
+
+
 def test_join_waits_for_its_tcp_and_its_token(dev: harness.Render) -> None:
     join = dev.one(COMMAND, "tenant-a-worker-0-join")
     assert dev.waits_for(join, dev.one(TCP, "tenant-a"))
