@@ -121,12 +121,15 @@ kind delete cluster --name "$KIND_CLUSTER" --kubeconfig "$scratch/kubeconfig"
 # route to that network. An engine in a VM (Docker Desktop on macOS, Windows or Linux; Colima;
 # Rancher Desktop) keeps it inside the VM: there `pulumi up` would wait out every tenant's timeouts.
 # kind's control-plane node serves its API on that network (port 6443); a machine that cannot open it
-# cannot reach a VIP either (MetalLB answers for them on the same bridge). Python is the one
+# cannot reach a VIP either (MetalLB answers for them on the same bridge). A refusal is an answer from
+# the node, so it counts as reachable: only a timeout or no route fails. Python is the one
 # prerequisite that can open a socket here (no curl, nc or GNU timeout on every host).
 NODE_API_PORT = 6443
 _CONNECT = f"""import socket, sys
 try:
     socket.create_connection((sys.argv[1], {NODE_API_PORT}), timeout=5).close()
+except ConnectionRefusedError:
+    pass  # the node answered: the route is there, only its API server is not listening yet
 except OSError as error:
     sys.exit(str(error) or type(error).__name__)"""
 _NODE_IP = '{{with index .NetworkSettings.Networks "' + KIND_NETWORK + '"}}{{.IPAddress}}{{end}}'

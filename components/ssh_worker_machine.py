@@ -110,7 +110,8 @@ _CLEAN_UP = (
     "for table in iptables ip6tables; do "
     '"$table-save" | grep -v -e KUBE- -e "cali[-:]" | "$table-restore" || true; done; '
     "apt-mark unhold kubelet kubeadm kubectl || true; "
-    "DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 purge -y -q kubelet kubeadm kubectl || true; "
+    "DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 purge -y -q --allow-change-held-packages "
+    "kubelet kubeadm kubectl || true; "
     "rm -f /etc/apt/sources.list.d/kubernetes.list /etc/modules-load.d/gpu-tenancy.conf /etc/sysctl.d/99-gpu-tenancy.conf"
 )
 
@@ -155,8 +156,7 @@ class SshWorkerMachine(pulumi.ComponentResource):
             # pulumi-command then checks no host key at all, on any connection, not only the first.
             pulumi.log.warn(
                 f"worker {name}: no ssh.hostKey, so any machine answering at {ssh.host}:{ssh.port} is trusted with the "
-                f"join token and root commands; pin it with a line of `ssh-keyscan -p {ssh.port} {ssh.host}` before the "
-                "worker's first `pulumi up` (any change to ssh replaces its steps: kubeadm reset, then a new join)",
+                f"join token and root commands; pin it with a line of `ssh-keyscan -p {ssh.port} {ssh.host}`",
                 resource=self,
             )
         prepare = self._command(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -215,21 +216,29 @@ SUBNETS = "172.18.0.0/16 fc00:f853:ccd:e793::/64 \n"
 
 
 @pytest.fixture
-def node_api() -> Iterator[str]:
-    """A listener where kind's node serves its API: 6443 on a loopback address nothing else uses."""
-    listener = socket.socket()
-    try:
-        listener.bind(("127.0.0.2", kind_cluster.NODE_API_PORT))
-    except OSError as error:  # not Linux (no 127.0.0.2), or the port is taken there
-        listener.close()
-        pytest.skip(f"cannot listen on 127.0.0.2:{kind_cluster.NODE_API_PORT}: {error}")
-    listener.listen()
-    with listener:
-        yield "127.0.0.2"
+def api_port() -> Iterator[int]:
+    """A port kind's node serves its API on (6443 in the script; any free port here)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        yield listener.getsockname()[1]
 
 
-def inspect_network(tmp_path: Path, node_ip: str, path: str | None = None) -> tuple[subprocess.CompletedProcess[str], list[str]]:
-    """Run the kind network's script with a stand-in docker whose node ``kamaji-control-plane`` has ``node_ip``."""
+@pytest.fixture
+def closed_port() -> int:
+    """A port nothing listens on: connecting is refused at once."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def inspect_network(
+    tmp_path: Path, node_ip: str, port: int = kind_cluster.NODE_API_PORT, python: str | None = None, path: str | None = None
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """Run the kind network's script with a stand-in docker whose node ``kamaji-control-plane`` has ``node_ip``.
+
+    ``port`` replaces 6443 in the script; ``python`` is the body of a stand-in python3 (the real one otherwise).
+    """
     bin_dir, log = tmp_path / "bin", tmp_path / "log"
     bin_dir.mkdir()
     executable(
@@ -242,33 +251,52 @@ case "$1 $2" in
 esac""",
     )
     executable(bin_dir / "sleep", f'#!/bin/sh\necho "sleep $*" >> "{log}"')  # retries without the wait
+    if python is not None:
+        executable(bin_dir / "python3", f'#!/bin/sh\necho "python3" >> "{log}"\n{python}')
     env = {"PATH": path or f"{bin_dir}:{os.environ['PATH']}", "KIND_CLUSTER": "kamaji"}
-    result = subprocess.run(
-        ["/bin/sh", "-c", kind_cluster._INSPECT_NETWORK], env=env, capture_output=True, text=True, timeout=60, check=False
-    )
+    script = kind_cluster._INSPECT_NETWORK.replace(str(kind_cluster.NODE_API_PORT), str(port))
+    result = subprocess.run(["/bin/sh", "-c", script], env=env, capture_output=True, text=True, timeout=60, check=False)
     return result, log.read_text().splitlines() if log.exists() else []
 
 
-def test_the_kind_networks_subnets_come_once_this_machine_reaches_kinds_node(tmp_path: Path, node_api: str) -> None:
-    result, log = inspect_network(tmp_path, node_api)
+def test_the_kind_networks_subnets_come_once_this_machine_reaches_kinds_node(tmp_path: Path, api_port: int) -> None:
+    result, log = inspect_network(tmp_path, "127.0.0.1", api_port)
     assert result.returncode == 0, result.stderr
     assert result.stdout == SUBNETS
     assert log[0].startswith("docker inspect --format ") and '.NetworkSettings.Networks "kind"' in log[0]
     assert log[1:] == ["docker network inspect kind --format {{range .IPAM.Config}}{{.Subnet}} {{end}}"]
 
 
+def test_a_refusal_is_an_answer_from_the_node(tmp_path: Path, closed_port: int) -> None:
+    # Right after a reboot the node is up before its API server: the route is there all the same.
+    result, log = inspect_network(tmp_path, "127.0.0.1", closed_port)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == SUBNETS
+    assert not [line for line in log if line.startswith("sleep")]
+
+
 def test_a_kind_network_this_machine_cannot_reach_stops_the_run_before_any_vip(tmp_path: Path) -> None:
-    # Docker Desktop's VM, Colima: the node's address leads nowhere from here. Nothing listens on
-    # 127.0.0.3, so the connection is refused at once; a VM's network times out the same way.
-    result, log = inspect_network(tmp_path, "127.0.0.3")
+    # Docker Desktop's VM, Colima: the node's address leads nowhere from here and the connection times out.
+    result, log = inspect_network(tmp_path, "172.18.0.2", python='echo "timed out" >&2; exit 1')
     assert result.returncode == 1
     assert "error: this machine cannot reach the docker network kind: kind's node kamaji-control-plane" in result.stderr
-    assert "at 127.0.0.3:6443 does not answer ([Errno 111] Connection refused)" in result.stderr
+    assert "at 172.18.0.2:6443 does not answer (timed out)" in result.stderr
     assert "docker-mac-net-connect" in result.stderr
     assert result.stdout == ""
     # Three attempts, two waits between them, and no subnets for MetalLB's pool.
+    assert log.count("python3") == 3
     assert [line for line in log if line.startswith("sleep")] == ["sleep 2", "sleep 2"]
     assert not [line for line in log if line.startswith("docker network")]
+
+
+def test_the_probe_fails_on_what_is_not_a_refusal() -> None:
+    # The real snippet, with a name that never resolves (RFC 6761 .invalid): an error that is no
+    # refusal fails, and its reason is what the script's message shows.
+    probe = kind_cluster._CONNECT.replace(str(kind_cluster.NODE_API_PORT), "1")
+    result = subprocess.run(
+        [sys.executable, "-c", probe, "not-a-host.invalid"], check=False, capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 1 and result.stderr.strip()
 
 
 def test_a_node_without_an_address_on_the_kind_network_is_named(tmp_path: Path) -> None:
@@ -280,6 +308,6 @@ def test_a_node_without_an_address_on_the_kind_network_is_named(tmp_path: Path) 
 
 def test_without_python_the_route_check_says_what_is_missing(tmp_path: Path) -> None:
     # Only the stand-ins on PATH: no python3 to open the socket with.
-    result, _ = inspect_network(tmp_path, "127.0.0.3", path=str(tmp_path / "bin"))
+    result, _ = inspect_network(tmp_path, "127.0.0.1", path=str(tmp_path / "bin"))
     assert result.returncode == 1
     assert "error: python3 is not on PATH" in result.stderr

@@ -296,8 +296,7 @@ def test_an_unpinned_host_key_is_warned_about_and_a_pinned_one_checked(
     if host_key is None:
         assert warnings == [
             "worker gpu-host-1: no ssh.hostKey, so any machine answering at 10.0.0.11:22 is trusted with the join token "
-            "and root commands; pin it with a line of `ssh-keyscan -p 22 10.0.0.11` before the worker's first `pulumi up` "
-            "(any change to ssh replaces its steps: kubeadm reset, then a new join)"
+            "and root commands; pin it with a line of `ssh-keyscan -p 22 10.0.0.11`"
         ]
     else:
         assert warnings == []
