@@ -136,7 +136,8 @@ _NODE_IP = '{{with index .NetworkSettings.Networks "' + KIND_NETWORK + '"}}{{.IP
 _ROUTE_CHECK = f"""node="$KIND_CLUSTER-control-plane"
 node_ip="$(docker inspect --format '{_NODE_IP}' "$node")"
 if [ -z "$node_ip" ]; then
-  echo "error: kind's node $node has no IPv4 address on the docker network {KIND_NETWORK}" >&2
+  echo "error: kind's node $node has no IPv4 address on the docker network {KIND_NETWORK}" \\
+    "(a stopped node has none: docker start $node)" >&2
   exit 1
 fi
 if ! command -v python3 >/dev/null; then

@@ -302,7 +302,10 @@ def test_the_probe_fails_on_what_is_not_a_refusal() -> None:
 def test_a_node_without_an_address_on_the_kind_network_is_named(tmp_path: Path) -> None:
     result, log = inspect_network(tmp_path, "")
     assert result.returncode == 1
-    assert "error: kind's node kamaji-control-plane has no IPv4 address on the docker network kind" in result.stderr
+    assert (
+        "error: kind's node kamaji-control-plane has no IPv4 address on the docker network kind "
+        "(a stopped node has none: docker start kamaji-control-plane)"
+    ) in result.stderr
     assert not [line for line in log if line.startswith("docker network")]
 
 
