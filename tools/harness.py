@@ -169,14 +169,16 @@ class _Cloud(pulumi_mocks.Mocks):
         return custom and not self.preview and hasattr(self, "_" + type_.rsplit(":", 1)[-1])
 
     def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str, dict]:
-        state = dict(args.inputs)
+        resource_id, computed = self.computed(args)
+        return resource_id, {**args.inputs, **computed}
+
+    def computed(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str, dict]:
+        """The id and the properties the provider adds to (or changes in) the inputs."""
         resource_id = args.resource_id or f"{args.name}-id"
         if self.preview and not args.resource_id:
-            return resource_id, state
+            return resource_id, {}
         handler = getattr(self, "_" + args.typ.rsplit(":", 1)[-1], None) if args.custom is not False else None
-        if handler is not None:
-            state.update(handler(args) or {})
-        return resource_id, state
+        return resource_id, (handler(args) or {}) if handler is not None else {}
 
     def _Command(self, args: pulumi_mocks.MockResourceArgs) -> dict:
         # `kind get kubeconfig`, `docker network inspect kind` and `docker info`, the only commands
@@ -280,28 +282,34 @@ class _Monitor(pulumi_mocks.MockMonitor):
             resource_id = request.importId or f"{request.name}-id"
             self.resources[urn] = pulumi_mocks.MockMonitor.ResourceRegistration(urn, resource_id, record["inputs"])
             return resource_pb2.RegisterResourceResponse(urn=urn, id=resource_id, object=request.object)
-        resource_id, state = self._new(request, urn, request.object, request.importId, custom=request.custom or False)
-        self._record(request, urn)
-        return resource_pb2.RegisterResourceResponse(urn=urn, id=resource_id, object=_serialize(state))
+        record = self._record(request, urn)
+        resource_id, state = self._new(request, urn, request.object, record["inputs"], request.importId, request.custom or False)
+        return resource_pb2.RegisterResourceResponse(urn=urn, id=resource_id, object=state)
 
     def ReadResource(self, request: Any) -> Any:
         urn = self.make_urn(request.parent, request.type, request.name)
-        _, state = self._new(request, urn, request.properties, request.id, custom=None)
-        self._record(request, urn, read_id=request.id)
-        return resource_pb2.ReadResourceResponse(urn=urn, properties=_serialize(state))
+        record = self._record(request, urn, read_id=request.id)
+        _, state = self._new(request, urn, request.properties, record["inputs"], request.id, custom=None)
+        return resource_pb2.ReadResourceResponse(urn=urn, properties=state)
 
-    def _new(self, request: Any, urn: str, inputs: struct_pb2.Struct, resource_id: str, custom: bool | None) -> tuple[str, dict]:
-        """The mock's id and state for a registered or read resource, kept as the SDK's monitor keeps them."""
+    def _new(
+        self, request: Any, urn: str, wire: struct_pb2.Struct, inputs: dict[str, Any], resource_id: str, custom: bool | None
+    ) -> tuple[str, struct_pb2.Struct]:
+        """The mock's id and state for a registered or read resource, kept as the SDK's monitor keeps them.
+
+        The state goes back as the request's own struct with the computed properties set on it:
+        decoding the inputs again for the mock and encoding the whole state anew cost a sixteenth
+        of a render, for the handful of properties a handler adds.
+        """
         args = pulumi_mocks.MockResourceArgs(
-            typ=request.type,
-            name=request.name,
-            inputs=rpc.deserialize_properties(inputs),
-            provider=request.provider,
-            resource_id=resource_id,
-            custom=custom,
+            typ=request.type, name=request.name, inputs=inputs, provider=request.provider, resource_id=resource_id, custom=custom
         )
-        resource_id, state = self.mocks.new_resource(args)
-        self.resources[urn] = pulumi_mocks.MockMonitor.ResourceRegistration(urn, resource_id, state)
+        resource_id, computed = self.mocks.computed(args)
+        self.resources[urn] = pulumi_mocks.MockMonitor.ResourceRegistration(urn, resource_id, {**inputs, **computed})
+        state = struct_pb2.Struct()
+        state.CopyFrom(wire)
+        # A handler's values are plain (strings, numbers, lists, maps), which is all Struct.update takes.
+        state.update(computed)
         return resource_id, state
 
 
@@ -335,22 +343,6 @@ def _lifecycle_options(request: Any) -> dict[str, Any]:
         if set_timeouts:
             found["customTimeouts"] = set_timeouts
     return found
-
-
-def _serialize(state: dict[str, Any]) -> struct_pb2.Struct:
-    """The SDK's serializer, run to completion without the event loop.
-
-    A mock's state holds plain values, so the coroutine never suspends. The SDK's own mock monitor
-    pumps the event loop re-entrantly here instead; with monitor calls run inline that recursion
-    grows with the number of registrations in flight and overflows the stack beyond ~20 tenants.
-    """
-    coroutine = rpc.serialize_properties(state, {})
-    try:
-        coroutine.send(None)
-    except StopIteration as done:
-        return done.value
-    coroutine.close()
-    raise RuntimeError("serializing a mock resource's state suspended; it must hold plain values only")
 
 
 def load_stack_file(path: Path) -> tuple[dict[str, str], list[str]]:

@@ -100,7 +100,7 @@ def control_plane_endpoint(tenant: str, spec: dict[str, Any]) -> str:
     (a TEST-NET-3 address, 203.0.113.0/24, derived from the tenant's name)."""
     profile = spec["networkProfile"]
     address = profile.get("address") or f"203.0.113.{_digest('lb', tenant)[0] % 254 + 1}"
-    return f"{address}:{int(profile.get('port', 6443))}"
+    return f"{address}:{int(profile.get('port') or 6443)}"
 
 
 def random_string(name: str, inputs: dict[str, Any]) -> str:
