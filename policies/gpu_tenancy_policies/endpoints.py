@@ -183,7 +183,8 @@ def _node_port(plane: ControlPlane, low: int, high: int) -> Iterator[Finding]:
         port = as_int(value)
         if port is None or not low <= port <= high:
             yield Finding(
-                f"tenant {plane.tenant!r} uses a NodePort with {field} {value}, outside the NodePort range {low}-{high}",
+                f"tenant {plane.tenant!r} uses a NodePort with {field} {port if port is not None else value}, "
+                f"outside the NodePort range {low}-{high}",
                 plane.urn,
             )
 

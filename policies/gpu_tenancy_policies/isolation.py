@@ -16,7 +16,7 @@ from gpu_tenancy import kubeadm
 
 from . import kinds
 from .findings import Finding
-from .stack import ResourceView, StackView
+from .stack import ResourceView, StackView, as_int
 from .values import UNKNOWN, dig
 
 
@@ -29,7 +29,9 @@ def _machine(stack: StackView, command: ResourceView) -> tuple[str | None, list[
         host = command.get("connection", "host")
         if isinstance(host, str) and host:
             port = command.get("connection", "port", default=22)
-            return f"ssh://{host}:{port if port is not UNKNOWN else 22}", containers
+            # The engine hands numbers over as floats: 22.0 is port 22.
+            number = as_int(port) if port is not UNKNOWN else 22
+            return f"ssh://{host}:{number if number is not None else port}", containers
     return None, containers
 
 
