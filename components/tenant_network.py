@@ -10,6 +10,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
+from gpu_tenancy.addressing import split_endpoint
 from gpu_tenancy.config import Versions
 
 from .helm import chart
@@ -36,8 +37,8 @@ def calico_values(pod_cidr: ipaddress.IPv4Network, api_endpoint: pulumi.Input[st
         "whisker": {"enabled": False},
         # The operator starts before Service routing works; point it at the API server directly.
         "kubernetesServiceEndpoint": {
-            "host": pulumi.Output.from_input(api_endpoint).apply(lambda endpoint: endpoint.rsplit(":", 1)[0]),
-            "port": pulumi.Output.from_input(api_endpoint).apply(lambda endpoint: endpoint.rsplit(":", 1)[1]),
+            "host": pulumi.Output.from_input(api_endpoint).apply(lambda endpoint: split_endpoint(endpoint)[0]),
+            "port": pulumi.Output.from_input(api_endpoint).apply(lambda endpoint: split_endpoint(endpoint)[1]),
         },
     }
 

@@ -57,6 +57,17 @@ class AddressPool:
         return any(part.overlaps(network) for part in self.networks())
 
 
+def split_endpoint(endpoint: str) -> tuple[str, str]:
+    """``host:port`` as Kamaji reports ``controlPlaneEndpoint`` (Go's ``net.JoinHostPort``: an
+    IPv6 address comes in brackets) into the bare host and the port."""
+    host, separator, port = endpoint.rpartition(":")
+    if not separator or not host or not port.isdigit():
+        raise ValueError(f"{endpoint!r} is not host:port")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, port
+
+
 def inspect_subnets(network: str) -> str:
     """The command that prints ``network``'s IPAM subnets on one line, as ``ipv4_subnet`` reads them.
 

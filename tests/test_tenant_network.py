@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import base64
 
+import pytest
 import yaml
 
+from gpu_tenancy.addressing import split_endpoint
 from tests.conftest import COMMAND, K8S_PROVIDER, RELEASE, dev_config, render_config
 from tools import harness
 
@@ -48,6 +50,25 @@ def test_calico_values(dev: harness.Render) -> None:
     }
     assert values["kubernetesServiceEndpoint"] == {"host": "172.18.255.230", "port": "6443"}
     assert values["goldmane"] == values["whisker"] == values["apiServer"] == {"enabled": False}
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "host", "port"),
+    [
+        ("172.18.255.230:6443", "172.18.255.230", "6443"),
+        # An existing cluster's load balancer may hand out IPv6; Kamaji joins it as Go does, in brackets.
+        ("[fd00:10::5]:6443", "fd00:10::5", "6443"),
+        ("api.tenant.example.com:443", "api.tenant.example.com", "443"),
+    ],
+)
+def test_the_operator_gets_the_bare_host_of_the_endpoint(endpoint: str, host: str, port: str) -> None:
+    assert split_endpoint(endpoint) == (host, port)
+
+
+@pytest.mark.parametrize("endpoint", ["172.18.255.230", ":6443", "172.18.255.230:https"])
+def test_an_endpoint_without_a_port_is_refused(endpoint: str) -> None:
+    with pytest.raises(ValueError, match="is not host:port"):
+        split_endpoint(endpoint)
 
 
 def test_calico_installs_after_the_joins(dev: harness.Render) -> None:
