@@ -24,3 +24,13 @@ def test_nothing_is_read_before_it_exists(dev_preview: harness.Render) -> None:
     reads = {r["name"]: r["read"] for r in dev_preview.resources if "read" in r}
     assert reads == {"tenant-a-admin-kubeconfig": "[unknown]", "tenant-b-admin-kubeconfig": "[unknown]"}
     assert "docker network inspect kind" in dev_preview.one(COMMAND, "gpu-tenancy-management-kind-network")["inputs"]["create"]
+
+
+def test_nothing_created_has_an_id_or_answers_for_an_unconfigured_provider(dev_preview: harness.Render) -> None:
+    # A preview creates nothing, so a new resource's id is unknown: the worker container's id,
+    # which keys the join token, stays unknown...
+    token_id = dev_preview.one("random:index/randomString:RandomString", "tenant-a-worker-0-token-id")
+    assert token_id["inputs"]["keepers"]["machine"] == "[unknown]"
+    # ...and a provider whose kubeconfig is unknown answers nothing (provider_plugin.go): the
+    # management namespace's name, an output the TCP takes, is unknown too.
+    assert dev_preview.one(TCP, "tenant-a")["inputs"]["metadata"]["namespace"] == "[unknown]"

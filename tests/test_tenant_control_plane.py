@@ -122,8 +122,11 @@ def test_the_tenant_provider_identifies_its_cluster_by_the_tcps_uid(dev: harness
     assert provider["inputs"]["clusterIdentifier"] == harness.mock_uid("tenant-a", "tenant-a")
     assert provider["inputs"]["clusterIdentifier"] != dev.one(K8S_PROVIDER, "tenant-b")["inputs"]["clusterIdentifier"]
     assert tcp["urn"] in provider["dependencies"]
-    # Previewing a fresh stack: no uid yet, and the provider is new anyway.
-    assert "clusterIdentifier" not in dev_preview.one(K8S_PROVIDER, "tenant-a")["inputs"]
+    # Previewing a fresh stack: the uid is not known yet (the management provider has no
+    # kubeconfig either, so the TCP reports nothing), and the provider is new anyway.
+    previewed = dev_preview.one(K8S_PROVIDER, "tenant-a")
+    assert previewed["inputs"]["clusterIdentifier"] == harness.UNKNOWN
+    assert dev_preview.one(TCP, "tenant-a")["urn"] in previewed["dependencies"]
 
 
 def test_tcp_waits_for_kamaji_and_the_load_balancer_pool(dev: harness.Render) -> None:

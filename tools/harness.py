@@ -147,6 +147,20 @@ def _deserialize(value: Any) -> Any:
     return {key: _deserialize(item) for key, item in value.fields.items()}
 
 
+PROVIDER_TYPE_PREFIX = "pulumi:providers:"
+
+
+def _holds_unknown(value: Any) -> bool:
+    """Whether decoded engine values hold an unknown anywhere (secrets included)."""
+    if isinstance(value, str):
+        return value == rpc.UNKNOWN
+    if isinstance(value, Mapping):
+        return any(_holds_unknown(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_holds_unknown(item) for item in value)
+    return False
+
+
 def _urn_of(reference: str) -> str:
     """Provider references are ``<urn>::<id>``."""
     return reference.rsplit("::", 1)[0] if reference else ""
@@ -172,9 +186,19 @@ class _Cloud(pulumi_mocks.Mocks):
         resource_id, computed = self.computed(args)
         return resource_id, {**args.inputs, **computed}
 
+    def new_id(self, name: str, type_: str, custom: bool) -> str:
+        """The id the engine reports for a new resource: none in a preview, which creates nothing.
+
+        The SDK then resolves the resource's ``id`` as unknown. A new provider's is left known: it
+        only ever shows in provider references, which the records name by URN.
+        """
+        if self.preview and custom and not type_.startswith(PROVIDER_TYPE_PREFIX):
+            return ""
+        return f"{name}-id"
+
     def computed(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str, dict]:
         """The id and the properties the provider adds to (or changes in) the inputs."""
-        resource_id = args.resource_id or f"{args.name}-id"
+        resource_id = args.resource_id or self.new_id(args.name, args.typ, args.custom is not False)
         if self.preview and not args.resource_id:
             return resource_id, {}
         handler = getattr(self, "_" + args.typ.rsplit(":", 1)[-1], None) if args.custom is not False else None
@@ -250,6 +274,9 @@ class _Monitor(pulumi_mocks.MockMonitor):
     def __init__(self, cloud: _Cloud) -> None:
         super().__init__(cloud)
         self.records: list[dict[str, Any]] = []
+        # Providers an unknown input leaves unconfigured in a preview (a fresh stack's kind and
+        # tenant providers, whose kubeconfigs come from resources not created yet).
+        self.unconfigured: set[str] = set()
 
     def _record(self, request: Any, urn: str, read_id: str | None = None) -> dict[str, Any]:
         record = {
@@ -275,22 +302,35 @@ class _Monitor(pulumi_mocks.MockMonitor):
         urn = self.make_urn(request.parent, request.type, request.name)
         if request.type == "pulumi:pulumi:Stack":
             return resource_pb2.RegisterResourceResponse(urn=urn)
+        record = self._record(request, urn)
+        if self.mocks.preview and request.type.startswith(PROVIDER_TYPE_PREFIX) and _holds_unknown(record["inputs"]):
+            self.unconfigured.add(urn)
+        if request.custom and record["provider"] in self.unconfigured:
+            return resource_pb2.RegisterResourceResponse(urn=urn, id=self._nothing(urn, request.importId))
         if not self.mocks.computes(request.type, request.custom):
             # The state is the inputs: hand the request's own struct back instead of decoding it
             # for the mock and encoding it again (a tenth of a render).
-            record = self._record(request, urn)
-            resource_id = request.importId or f"{request.name}-id"
+            resource_id = request.importId or self.mocks.new_id(request.name, request.type, request.custom)
             self.resources[urn] = pulumi_mocks.MockMonitor.ResourceRegistration(urn, resource_id, record["inputs"])
             return resource_pb2.RegisterResourceResponse(urn=urn, id=resource_id, object=request.object)
-        record = self._record(request, urn)
         resource_id, state = self._new(request, urn, request.object, record["inputs"], request.importId, request.custom or False)
         return resource_pb2.RegisterResourceResponse(urn=urn, id=resource_id, object=state)
 
     def ReadResource(self, request: Any) -> Any:
         urn = self.make_urn(request.parent, request.type, request.name)
         record = self._record(request, urn, read_id=request.id)
+        if record["provider"] in self.unconfigured:
+            self._nothing(urn, request.id)
+            return resource_pb2.ReadResourceResponse(urn=urn)
         _, state = self._new(request, urn, request.properties, record["inputs"], request.id, custom=None)
         return resource_pb2.ReadResourceResponse(urn=urn, properties=state)
+
+    def _nothing(self, urn: str, resource_id: str) -> str:
+        """What an unconfigured provider answers in a preview: no properties, so the SDK resolves
+        every output as unknown (pulumi/pulumi pkg/resource/plugin/provider_plugin.go, ``Create``
+        and ``Read`` when the provider's config is not known)."""
+        self.resources[urn] = pulumi_mocks.MockMonitor.ResourceRegistration(urn, resource_id, {})
+        return resource_id
 
     def _new(
         self, request: Any, urn: str, wire: struct_pb2.Struct, inputs: dict[str, Any], resource_id: str, custom: bool | None
