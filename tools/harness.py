@@ -253,10 +253,8 @@ class _Cloud(pulumi_mocks.Mocks):
         return {"rfc3339": "2026-12-02T00:00:00Z"}
 
     def _RemoteImage(self, args: pulumi_mocks.MockResourceArgs) -> dict:
-        return {"imageId": "sha256:" + mock_cloud.fake_id("image", args.inputs["name"]), "repoDigest": args.inputs["name"]}
-
-    def _Container(self, args: pulumi_mocks.MockResourceArgs) -> dict:
-        return {"id": mock_cloud.fake_id("container", args.inputs["name"])}
+        name = args.inputs["name"]
+        return {"imageId": "sha256:" + mock_cloud.fake_id("image", name), "repoDigest": mock_cloud.repo_digest(name)}
 
 
 def mock_uid(namespace: str, name: str) -> str:

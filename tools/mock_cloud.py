@@ -117,3 +117,11 @@ def random_string(name: str, inputs: dict[str, Any]) -> str:
 
 def fake_id(kind: str, name: str) -> str:
     return hashlib.sha256(f"{kind}/{name}".encode()).hexdigest()
+
+
+def repo_digest(image: str) -> str:
+    """What the docker provider reports as an image's ``repoDigest``: ``repository@sha256:<digest>``."""
+    repository, _, digest = image.partition("@")
+    if ":" in repository.rsplit("/", 1)[-1]:  # a tag, not a registry's port
+        repository = repository.rsplit(":", 1)[0]
+    return f"{repository}@{digest or 'sha256:' + fake_id('digest', image)}"
