@@ -1231,3 +1231,13 @@ def test_a_helm_v4_chart_is_not_refused_for_inputs_the_engine_never_shows(base: 
         }
     )
     assert [v for v in policycheck.check_document(document).violations if "extra" in v.urn] == []
+
+
+def test_stack_policies_see_what_the_program_registered_not_its_reads(base: dict) -> None:
+    # The engine keeps no goal state for a read: the admin kubeconfig Secrets are not among the
+    # stack's resources, and the tenant providers' links to them are dropped.
+    analyzed = policycheck.analyze(base)
+    reads = {item["urn"] for item in base["resources"] if "read" in item}
+    assert reads and not reads & {resource.urn for resource in analyzed.stack_resources}
+    assert all(not reads & {dependency.urn for dependency in resource.dependencies} for resource in analyzed.stack_resources)
+    assert len(analyzed.stack_resources) == len(base["resources"]) - len(reads)

@@ -142,6 +142,8 @@ def analyze(analyzer: analyzer_pb2_grpc.AnalyzerStub, masked: dict, shown: dict)
         options = analyzer_pb2.AnalyzerResourceOptions(parent=record["parent"] or "")
         provider = _provider(masked, record, props)
         properties = _struct(props[record["urn"]])
+        if "read" in record:
+            continue  # no goal state for a read: neither analyzed nor among the stack's resources
         stack_resources.append(
             analyzer_pb2.AnalyzerResource(
                 type=record["type"],
@@ -154,16 +156,15 @@ def analyze(analyzer: analyzer_pb2_grpc.AnalyzerStub, masked: dict, shown: dict)
                 dependencies=record["dependencies"],
             )
         )
-        if "read" not in record:
-            request = analyzer_pb2.AnalyzeRequest(
-                type=record["type"],
-                properties=properties,
-                urn=record["urn"],
-                name=record["name"],
-                options=options,
-                provider=provider,
-            )
-            collect(analyzer.Analyze(request), record["urn"])
+        request = analyzer_pb2.AnalyzeRequest(
+            type=record["type"],
+            properties=properties,
+            urn=record["urn"],
+            name=record["name"],
+            options=options,
+            provider=provider,
+        )
+        collect(analyzer.Analyze(request), record["urn"])
     stack_urn = "urn:pulumi:dev::gpu-tenancy::pulumi:pulumi:Stack::gpu-tenancy-dev"
     collect(analyzer.AnalyzeStack(analyzer_pb2.AnalyzeStackRequest(resources=stack_resources)), stack_urn)
     return found

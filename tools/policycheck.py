@@ -257,7 +257,7 @@ def analyze(document: Any) -> _Analyzed:
             return PolicyProviderResource(provider["type"], unknown_checking_proxy(props[urn]), urn, provider["name"])
         return _default_provider(record)
 
-    def linked(values: Mapping[str, Any]) -> list[PolicyResource]:
+    def linked(values: Mapping[str, Any], records: list[Mapping[str, Any]]) -> list[PolicyResource]:
         resources = [
             PolicyResource(
                 record["type"],
@@ -278,7 +278,11 @@ def analyze(document: Any) -> _Analyzed:
             resource.dependencies = [by_resource_urn[urn] for urn in record.get("dependencies", []) if urn in by_resource_urn]
         return resources
 
-    return _Analyzed(records, linked(props), linked(engine_outputs(records, props)), masked[0])
+    # AnalyzeStack gets what the program registered: the engine keeps no goal for a read, so reads
+    # are not among the stack's resources, and links to them are dropped (as pulumi_policy drops
+    # dependencies it cannot resolve).
+    registered = [record for record in records if "read" not in record]
+    return _Analyzed(records, linked(props, records), linked(engine_outputs(records, props), registered), masked[0])
 
 
 def check_document(document: Any, policy_config: Any = None) -> Report:
