@@ -144,8 +144,8 @@ def pack_config(document: Any) -> dict[str, tuple[EnforcementLevel, dict[str, An
 
 
 def _engine_value(value: Any, masked: list[int]) -> Any:
-    """Render markers as the engine's values: "[unknown]" is the preview sentinel; a masked secret
-    cannot be read either, so it is treated the same (and counted)."""
+    """Render markers and numbers as the analyzer's values: "[unknown]" is the preview sentinel; a
+    masked secret cannot be read either, so it is treated the same (and counted)."""
     if value == UNKNOWN:
         return UNKNOWN_STRING_VALUE
     if value == SECRET:
@@ -155,6 +155,9 @@ def _engine_value(value: Any, masked: list[int]) -> Any:
         return {key: _engine_value(item, masked) for key, item in value.items()}
     if isinstance(value, list):
         return [_engine_value(item, masked) for item in value]
+    if isinstance(value, int) and not isinstance(value, bool):
+        # The analyzer decodes every number as a float (protobuf's Struct has only doubles), 22.0 for 22.
+        return float(value)
     return value
 
 
