@@ -20,7 +20,7 @@ API_PORT = 6443
 KONNECTIVITY_PORT = 8132
 
 
-def ready_when(kubernetes_version: str) -> str:
+def ready_when(kubernetes_version: str, data_store: str) -> str:
     """The TCP's ``pulumi.com/waitFor``: Ready at the requested version, with its addons.
 
     Kamaji's TCP has no conditions; its own e2e waits on the version status
@@ -29,6 +29,12 @@ def ready_when(kubernetes_version: str) -> str:
     upgrade is done, so the version is part of the wait: the workers of the new version join
     only then. The kube-proxy and Konnectivity addons must exist too: the tenant's network
     patches kube-proxy and the HAMi webhook is reached only through Konnectivity.
+
+    The DataStore is part of it for the same reason: after a change of ``spec.dataStore`` the
+    status is still Ready, while Kamaji copies the tenant's data from the old store to the new one
+    (a migration Job); it writes the new store's name into ``status.storage`` only once that is
+    done (clastix/kamaji internal/resources/datastore). Without this wait, the same ``up`` would
+    remove a dedicated store that Kamaji is still copying from.
     """
     return json.dumps(
         [
@@ -36,6 +42,7 @@ def ready_when(kubernetes_version: str) -> str:
             f"jsonpath={{.status.kubernetesResources.version.version}}={kubernetes_version}",
             "jsonpath={.status.addons.kubeProxy.enabled}=true",
             "jsonpath={.status.addons.konnectivity.enabled}=true",
+            f"jsonpath={{.status.storage.dataStoreName}}={data_store}",
         ]
     )
 
@@ -222,7 +229,7 @@ class TenantControlPlane(pulumi.ComponentResource):
                 "name": tenant.name,
                 "namespace": namespace.metadata["name"],
                 "labels": {**labels, "tenant.clastix.io": tenant.name},
-                "annotations": {"pulumi.com/waitFor": ready_when(tenant.kubernetes_version)},
+                "annotations": {"pulumi.com/waitFor": ready_when(tenant.kubernetes_version, data_store)},
             },
             spec=control_plane_spec(tenant, vip, konnectivity_version, nested_nodes, data_store, rootless),
             # Kamaji's CRD and webhooks come with its release; the LoadBalancer address with MetalLB's pool.

@@ -99,9 +99,20 @@ def test_pulumi_waits_until_the_tcp_is_ready(dev: harness.Render) -> None:
     # The tenant network patches kube-proxy's DaemonSet and HAMi's webhook needs Konnectivity: both must exist.
     assert "jsonpath={.status.addons.kubeProxy.enabled}=true" in conditions
     assert "jsonpath={.status.addons.konnectivity.enabled}=true" in conditions
+    # A change of DataStore returns Ready at once; Kamaji names the new store only after migrating to it.
+    assert "jsonpath={.status.storage.dataStoreName}=default" in conditions
     # Kamaji reconciles for minutes on a laptop: Pulumi's 10-minute default is not enough, for a
     # new TCP nor for a new version (an update that waits until the TCP reports that version).
     assert dev.one(TCP, "tenant-a")["options"]["customTimeouts"] == {"create": "20m", "update": "20m"}
+
+
+def test_a_dedicated_store_is_waited_for_by_its_name() -> None:
+    config = dev_config()
+    config["tenants"][0]["dataStore"] = "dedicated"
+    tcp = render_config(config).one(TCP, "tenant-a")["inputs"]
+    conditions = json.loads(tcp["metadata"]["annotations"]["pulumi.com/waitFor"])
+    assert tcp["spec"]["dataStore"] != "default"
+    assert f"jsonpath={{.status.storage.dataStoreName}}={tcp['spec']['dataStore']}" in conditions
 
 
 def test_the_wait_includes_the_requested_version() -> None:

@@ -225,6 +225,7 @@ class _Cloud(pulumi_mocks.Mocks):
                 "controlPlaneEndpoint": mock_cloud.control_plane_endpoint(metadata["name"], spec),
                 "kubeconfig": {"admin": {"secretName": f"{metadata['name']}-admin-kubeconfig"}},
                 "kubernetesResources": {"version": {"status": "Ready", "version": spec["kubernetes"]["version"]}},
+                "storage": {"driver": "etcd", "dataStoreName": spec["dataStore"]},
                 "addons": {name: {"enabled": True} for name in spec.get("addons", {})},
             },
         }
