@@ -123,6 +123,10 @@ def control_plane_spec(
         "port": API_PORT,
         "podCidrs": [str(tenant.pod_cidr)],
         "serviceCidrs": [str(tenant.service_cidr)],
+        # The address Kamaji's webhook would choose (the CIDR's 10th), set here so that it moves with
+        # the CIDR: the webhook picks it only on create but checks on every update that it lies
+        # inside serviceCidrs (clastix/kamaji internal/webhook/handlers tcp_defaults.go, tcp_dns.go).
+        "dnsServiceIPs": [str(tenant.service_cidr[10])],
     }
     if vip is not None:
         # MetalLB >= 0.13 reads the requested address from this annotation.

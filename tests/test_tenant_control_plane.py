@@ -36,6 +36,7 @@ def test_tcp_spec(dev: harness.Render) -> None:
         "port": 6443,
         "podCidrs": ["10.244.0.0/16"],
         "serviceCidrs": ["10.96.0.0/16"],
+        "dnsServiceIPs": ["10.96.0.10"],
     }
     assert spec["kubernetes"]["version"] == "v1.36.4"
     assert spec["addons"]["coreDNS"] == {} and spec["addons"]["kubeProxy"] == {}
@@ -87,6 +88,9 @@ def test_tenant_cidrs_and_konnectivity_version_come_from_config() -> None:
     tcp = render_config(config).one(TCP, "tenant-b")["inputs"]["spec"]
     assert tcp["networkProfile"]["podCidrs"] == ["10.48.0.0/16"]
     assert tcp["networkProfile"]["serviceCidrs"] == ["10.49.0.0/16"]
+    # CoreDNS's address moves with the CIDR: Kamaji's webhook refuses an update whose DNS address
+    # lies outside serviceCidrs, and picks one itself only on create.
+    assert tcp["networkProfile"]["dnsServiceIPs"] == ["10.49.0.10"]
     assert tcp["networkProfile"]["address"] == "172.18.255.240"
     assert tcp["addons"]["konnectivity"]["server"]["version"] == "v0.35.0"
     assert tcp["addons"]["konnectivity"]["agent"]["version"] == "v0.35.0"
