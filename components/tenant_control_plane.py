@@ -129,7 +129,7 @@ def control_plane_spec(
         "dnsServiceIPs": [str(tenant.service_cidr[10])],
     }
     if vip is not None:
-        # MetalLB >= 0.13 reads the requested address from this annotation.
+        # MetalLB reads the requested address from this annotation from 0.14.9 on (config refuses older charts).
         service_metadata["annotations"] = {"metallb.io/loadBalancerIPs": vip}
         network_profile["address"] = vip
     spec: dict[str, Any] = {

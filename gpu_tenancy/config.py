@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Annotated, Any, ClassVar, Final, Literal
@@ -258,19 +258,27 @@ def _version(value: str) -> str:
     return value
 
 
+def _chart_at_least(chart: str, oldest: tuple[int, int, int], why: str) -> Callable[[str], str]:
+    """A validator refusing versions of ``chart`` older than ``oldest``, the first with ``why``."""
+
+    def check(value: str) -> str:
+        if versions.older_than(value, oldest):
+            raise ValueError(f"{chart} chart {value} is older than {'.'.join(map(str, oldest))}, the first {why}")
+        return value
+
+    return check
+
+
 # The oldest HAMi chart with what the program relies on: mockDevicePlugin (HAMi#1534) and a
 # scheduler that reads the JSON device registration the program writes (from v2.8.0 the only form
 # its scheduler parses).
 OLDEST_HAMI_CHART: Final = (2, 8, 0)
-
-
-def _hami_chart(value: str) -> str:
-    if versions.older_than(value, OLDEST_HAMI_CHART):
-        oldest = ".".join(map(str, OLDEST_HAMI_CHART))
-        raise ValueError(
-            f"HAMi chart {value} is older than {oldest}, the first with the mock device plugin and the JSON device registration"
-        )
-    return value
+_hami_chart = _chart_at_least("HAMi", OLDEST_HAMI_CHART, "with the mock device plugin and the JSON device registration")
+# The TCP Services ask MetalLB for their VIPs with metallb.io/loadBalancerIPs; older releases read
+# only the metallb.universe.tf prefix (MetalLB 0.14.9 release notes, metallb#2495), and with the
+# pool's autoAssign off such a Service would never get an address.
+OLDEST_METALLB_CHART: Final = (0, 14, 9)
+_metallb_chart = _chart_at_least("MetalLB", OLDEST_METALLB_CHART, "that reads the metallb.io/loadBalancerIPs annotation")
 
 
 # A Docker image tag, optionally with the digest that pins what it names.
@@ -364,7 +372,7 @@ class Management(_Model):
 
 class Versions(_Model):
     cert_manager: ChartVersion = versions.DEFAULT_CHART_VERSIONS["certManager"]
-    metallb: ChartVersion = versions.DEFAULT_CHART_VERSIONS["metallb"]
+    metallb: Annotated[str, AfterValidator(_version), AfterValidator(_metallb_chart)] = versions.DEFAULT_CHART_VERSIONS["metallb"]
     kamaji: ChartVersion = versions.DEFAULT_CHART_VERSIONS["kamaji"]
     kamaji_etcd: ChartVersion = versions.DEFAULT_CHART_VERSIONS["kamajiEtcd"]
     hami: Annotated[str, AfterValidator(_version), AfterValidator(_hami_chart)] = versions.DEFAULT_CHART_VERSIONS["hami"]

@@ -307,6 +307,18 @@ def test_hami_charts_older_than_the_mock_plugin_are_refused(version: str, refuse
         assert "versions.hami" not in found
 
 
+@pytest.mark.parametrize(("version", "refused"), [("0.14.8", True), ("v0.13.12", True), ("0.14.9", False), ("0.16.1", False)])
+def test_metallb_charts_that_ignore_the_vip_annotation_are_refused(version: str, refused: bool) -> None:
+    raw = dev_config()
+    raw["versions"] = {"metallb": version}
+    found = dict(problems_or_none(raw))
+    if refused:
+        assert "MetalLB chart" in found["versions.metallb"]
+        assert "is older than 0.14.9, the first that reads the metallb.io/loadBalancerIPs annotation" in found["versions.metallb"]
+    else:
+        assert "versions.metallb" not in found
+
+
 @pytest.mark.parametrize("key", ["certManager", "metallb", "kamaji", "kamajiEtcd", "hami", "calico", "konnectivity"])
 @pytest.mark.parametrize("version", ["~2.10.0", ">=2.8.0", "2.10", "2.x", "latest", " 2.10.0", ""])
 def test_versions_must_be_exact_not_helm_ranges(key: str, version: str) -> None:
