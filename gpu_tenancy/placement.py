@@ -64,6 +64,10 @@ NODE_POLICY_ANNOTATION: Final = "hami.io/node-scheduler-policy"
 GPU_POLICY_ANNOTATION: Final = "hami.io/gpu-scheduler-policy"
 SCORING_WEIGHTS_ANNOTATION: Final = "hami.io/device-scoring-weights"
 WEBHOOK_NAME: Final = "vgpu.hami.io"
+HAMI_SCHEDULER: Final = "hami-scheduler"
+DEFAULT_SCHEDULER: Final = "default-scheduler"
+# Pods (and namespaces) with this label are never sent to HAMi's webhook (the chart's selectors).
+WEBHOOK_IGNORE_LABEL: Final = ("hami.io/webhook", "ignore")
 
 BINPACK: Final = "binpack"
 SPREAD: Final = "spread"
@@ -101,6 +105,7 @@ STAGE_ADMISSION: Final = "admission"
 STAGE_FILTER: Final = "filter"
 STAGE_ERROR: Final = "error"
 STAGE_NO_GPU: Final = "no-gpu"
+STAGE_NOT_HAMI: Final = "not-hami"
 
 
 class PlacementInputError(ValueError):
@@ -256,6 +261,9 @@ class Pod:
     annotations: Mapping[str, str] = field(default_factory=dict)
     containers: tuple[Container, ...] = ()
     init_containers: tuple[Container, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    scheduler_name: str = ""  # spec.schedulerName as created ("" is the API server's default-scheduler)
+    node_name: str = ""  # spec.nodeName as created
 
     @property
     def all_containers(self) -> tuple[Container, ...]:
@@ -325,8 +333,10 @@ class PodResult:
     """What happened to one pod.
 
     ``stage`` is ``scheduled``, ``admission`` (the webhook refused it), ``filter`` (no node fits),
-    ``error`` (Filter failed, e.g. invalid scoring weights) or ``no-gpu`` (no NVIDIA request, so
-    HAMi's Filter passes every node and kube-scheduler alone places it; ``node`` is then None).
+    ``error`` (Filter failed, e.g. invalid scoring weights), ``no-gpu`` (no NVIDIA request, so
+    HAMi's Filter passes every node and kube-scheduler alone places it; ``node`` is then None) or
+    ``not-hami`` (labelled ``hami.io/webhook: ignore`` or naming another scheduler: HAMi never
+    schedules the pod nor counts what it holds; ``message`` says which).
     ``devices`` holds one tuple per container, init containers first, as in HAMi's
     ``hami.io/vgpu-devices-allocated``. ``node_reasons`` maps each failed node to HAMi's string.
     """
@@ -473,11 +483,15 @@ def _needs_exclusive_cores(container: Container) -> bool:
 
 @dataclass(frozen=True)
 class Admission:
-    """The webhook's verdict: the mutated pod, or the message the API server reports."""
+    """The webhook's verdict: the mutated pod, or the message the API server reports.
+
+    ``bypassed``: allowed unchanged because the pod names another scheduler; HAMi never sees it again.
+    """
 
     allowed: bool
     pod: Pod
     message: str = ""
+    bypassed: bool = False
 
 
 def admit(
@@ -495,6 +509,9 @@ def admit(
     check_quantities(pod)
     if not pod.containers:
         return _denied(pod, "pod has no containers")
+    # forceOverwriteDefaultScheduler is the chart's default (true): an explicit default-scheduler is taken over.
+    if pod.scheduler_name not in ("", DEFAULT_SCHEDULER, HAMI_SCHEDULER):
+        return Admission(True, pod, "pod already has different scheduler assigned", bypassed=True)
     has_resource = False
     init_containers: list[Container] = []
     containers: list[Container] = []
@@ -510,6 +527,10 @@ def admit(
     privileged = next((c.name for c in mutated_pod.all_containers if c.privileged), None)
     if privileged is not None and has_resource:
         return _denied(pod, f"container {privileged} is privileged")
+    if has_resource:
+        mutated_pod = replace(mutated_pod, scheduler_name=HAMI_SCHEDULER)
+        if pod.node_name:  # bound at creation, it would skip the scheduler that accounts for its cards
+            return _denied(pod, "pod has node assigned")
     if quota is not None and not _admission_quota_fits(mutated_pod, config, quota, quota_used):
         return _denied(pod, EXCEEDING_RESOURCE_QUOTA)
     return Admission(True, mutated_pod)
@@ -1078,11 +1099,27 @@ class Cluster:
         ``prefer_node`` breaks a tie as a live HAMi did: taken when it scores as well as the
         model's own choice (see ``_choose``), ignored otherwise.
         """
+        if pod.labels.get(WEBHOOK_IGNORE_LABEL[0]) == WEBHOOK_IGNORE_LABEL[1]:
+            return PodResult(
+                pod.name,
+                pod.namespace,
+                STAGE_NOT_HAMI,
+                message="labelled hami.io/webhook: ignore: HAMi's webhook never sees it, "
+                "so HAMi neither schedules it nor counts what it holds",
+            )
         used = self.quota_used.get(pod.namespace, QuotaUsage())
         quota = self.quotas.get(pod.namespace)
         admission = admit(pod, self.config, quota, used)
         if not admission.allowed:
             return PodResult(pod.name, pod.namespace, STAGE_ADMISSION, message=admission.message)
+        if admission.bypassed:
+            return PodResult(
+                pod.name,
+                pod.namespace,
+                STAGE_NOT_HAMI,
+                message=f"schedulerName {pod.scheduler_name}: HAMi's webhook lets it through unchanged, "
+                "so HAMi neither schedules it nor counts what it holds",
+            )
         pod = admission.pod
         requests = pod_requests(pod, self.config)
         if all(request is None for request in requests):

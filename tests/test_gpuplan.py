@@ -338,3 +338,43 @@ def test_usage_errors_exit_2(argv):
 
 def test_stack_defaults_to_dev():
     assert run_main(["--pods", str(FRACTIONAL)]) == run_main(["--stack", "dev", "--pods", str(FRACTIONAL)])
+
+
+def test_manifests_naming_another_scheduler_or_a_node_are_read_as_hami_reads_them(stack_files):
+    stack, _ = stack_files
+    manifests = stack.parent / "special.yaml"
+    manifests.write_text(
+        """
+apiVersion: v1
+kind: Pod
+metadata: {name: batch, labels: {gpu-tenancy.io/tenant: alpha}}
+spec:
+  schedulerName: volcano
+  containers: [{name: a, resources: {limits: {nvidia.com/gpumem: 1000}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: bound, labels: {gpu-tenancy.io/tenant: alpha}}
+spec:
+  nodeName: alpha-0
+  containers: [{name: a, resources: {limits: {nvidia.com/gpumem: 1000}}}]
+"""
+    )
+    code, out = run_main(["--config", str(stack), "--pods", str(manifests)])
+    assert code == 0
+    rows = {row[0]: row for row in (cells(line) for line in out.split("\n\n")[0].splitlines()[1:])}
+    assert "HAMi neither schedules it nor counts what it holds" in " ".join(rows["batch"])
+    assert "pod has node assigned" in " ".join(rows["bound"])
+
+
+def test_json_pods_carry_labels_scheduler_and_node():
+    _, pods = gpuplan.cluster_from_json(
+        {
+            "pods": [
+                {"name": "p", "labels": {"hami.io/webhook": "ignore"}, "schedulerName": "volcano", "nodeName": "n1"},
+            ]
+        }
+    )
+    assert (pods[0].labels, pods[0].scheduler_name, pods[0].node_name) == ({"hami.io/webhook": "ignore"}, "volcano", "n1")
+    with pytest.raises(gpuplan.PlacementInputError, match=r"pods\[0\]\.schedulerName: a string is required"):
+        gpuplan.cluster_from_json({"pods": [{"name": "p", "schedulerName": 3}]})

@@ -589,6 +589,36 @@ def test_pod_without_containers_is_refused():
     assert admit(Pod("empty")).message == 'admission webhook "vgpu.hami.io" denied the request: pod has no containers'
 
 
+def test_pods_hami_never_handles_hold_no_card():
+    # webhook.go: another scheduler's pod is let through unchanged; the chart's selectors never
+    # send a pod labelled hami.io/webhook: ignore. Neither is counted, so the fourth pod fits.
+    bypassing = [
+        frac("volcano", scheduler_name="volcano"),
+        frac("ignored", labels={"hami.io/webhook": "ignore"}),
+        frac("other", scheduler_name="my-scheduler"),
+    ]
+    results = plan([*bypassing, frac("p1"), frac("p2"), frac("p3")], [gpu_node("w0")])
+    assert [r.stage for r in results] == ["not-hami"] * 3 + ["scheduled"] * 3
+    assert not any(r.scheduled for r in results[:3])
+    assert "schedulerName volcano: HAMi's webhook lets it through unchanged" in results[0].message
+    assert "labelled hami.io/webhook: ignore" in results[1].message
+
+
+def test_the_default_scheduler_named_explicitly_is_taken_over():
+    # forceOverwriteDefaultScheduler is the chart's default: default-scheduler becomes hami-scheduler.
+    for name in ("default-scheduler", "hami-scheduler", ""):
+        admission = admit(frac("p", scheduler_name=name))
+        assert admission.allowed and not admission.bypassed
+        assert admission.pod.scheduler_name == "hami-scheduler"
+
+
+def test_a_gpu_pod_bound_at_creation_is_refused():
+    denied = admit(frac("p", node_name="w0"))
+    assert denied.message == 'admission webhook "vgpu.hami.io" denied the request: pod has node assigned'
+    # Without a GPU request the webhook leaves it alone.
+    assert admit(pod("cpu", Container("c", {"cpu": 1}), node_name="w0")).allowed
+
+
 # --- quota -----------------------------------------------------------------------------------
 
 

@@ -17,7 +17,8 @@
 Devices are ``hami.io/node-nvidia-register`` entries and decode like HAMi does: an omitted key
 is Go's zero value, so a device without ``"health": true`` is unhealthy and one without
 ``count`` has no slots. ``used``/``usedmem``/``usedcores`` (default 0) are existing usage.
-Containers may also carry ``requests`` and ``privileged``; pods may carry ``initContainers``.
+Containers may also carry ``requests`` and ``privileged``; pods may carry ``initContainers``,
+``labels``, ``schedulerName`` and ``nodeName`` (as the API server received them).
 Pods are placed in the given order, each consuming capacity for the next. It writes::
 
     {"pods": [{"name", "stage": "scheduled", "scheduled": true, "node",
@@ -29,8 +30,12 @@ Pods are placed in the given order, each consuming capacity for the next. It wri
 
 ``devices`` has one list per container, init containers first (HAMi's annotation order). A pod
 with no NVIDIA request has stage ``no-gpu``, ``scheduled: true`` and ``node: null``:
-kube-scheduler alone places it. ``reasons`` are HAMi's Filter reason names; an admission denial
-(stage ``admission``) has none, its message is what kubectl prints.
+kube-scheduler alone places it. A pod HAMi never handles (labelled ``hami.io/webhook: ignore``, or
+naming a scheduler other than ``default-scheduler`` or ``hami-scheduler``) has stage ``not-hami``
+and ``scheduled: false``: it holds no card in the plan, and its message says why. (A namespace's
+``hami.io/webhook: ignore`` label has the same effect; a Pod manifest does not show it.)
+``reasons`` are HAMi's Filter reason names; an admission denial (stage ``admission``) has none,
+its message is what kubectl prints.
 
 ``--stack``/``--config`` with ``--pods`` plans the Pod manifests of a YAML file (several
 documents, ``kind: Pod``) against the inventory the stack declares. Each tenant is its own
@@ -62,6 +67,7 @@ import yaml
 
 from gpu_tenancy.config import ConfigError, StackConfig, Tenant
 from gpu_tenancy.placement import (
+    STAGE_NO_GPU,
     Cluster,
     Container,
     GpuQuota,
@@ -102,6 +108,14 @@ def _string_map(value: object, where: str) -> dict[str, str]:
 def _name(value: object, where: str) -> str:
     if not isinstance(value, str) or not value:
         raise PlacementInputError(f"{where}: a non-empty name is required")
+    return value
+
+
+def _optional_string(value: object, where: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise PlacementInputError(f"{where}: a string is required")
     return value
 
 
@@ -173,6 +187,9 @@ def _json_pod(raw: object, where: str) -> Pod:
         annotations=_string_map(item.get("annotations") or {}, f"{where}.annotations"),
         containers=_containers(item.get("containers") or [], f"{where}.containers", manifest=False),
         init_containers=_containers(item.get("initContainers") or [], f"{where}.initContainers", manifest=False),
+        labels=_string_map(item.get("labels") or {}, f"{where}.labels"),
+        scheduler_name=_optional_string(item.get("schedulerName"), f"{where}.schedulerName"),
+        node_name=_optional_string(item.get("nodeName"), f"{where}.nodeName"),
     )
 
 
@@ -268,6 +285,9 @@ def manifest_pod(document: object, where: str) -> tuple[Pod, str | None]:
         annotations=annotations,
         containers=_containers(spec.get("containers") or [], f"{where}.spec.containers", manifest=True),
         init_containers=_containers(spec.get("initContainers") or [], f"{where}.spec.initContainers", manifest=True),
+        labels=labels,
+        scheduler_name=_optional_string(spec.get("schedulerName"), f"{where}.spec.schedulerName"),
+        node_name=_optional_string(spec.get("nodeName"), f"{where}.spec.nodeName"),
     )
     return pod, labels.get(TENANT_KEY, annotations.get(TENANT_KEY))
 
@@ -311,7 +331,7 @@ CARD_HEADER = ("TENANT", "NODE", "CARD", "TYPE", "MEMORY(MiB)", "CORES(%)", "TAS
 
 def pod_rows(tenant: str, pod: Pod, result: PodResult) -> list[tuple[str, ...]]:
     """One row per card the pod was given, or one row with why it was not."""
-    if result.stage == "no-gpu":
+    if result.stage == STAGE_NO_GPU:
         return [(pod.name, tenant, "-", "-", "-", "-", "-", "no NVIDIA request: kube-scheduler places it")]
     if not result.scheduled:
         return [(pod.name, tenant, "-", "-", "-", "-", "-", result.message)]
