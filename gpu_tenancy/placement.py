@@ -27,9 +27,10 @@ containers have succeeded (HAMi#1773; a placed pod keeps ``max(init, sum of app 
 here, as while its init containers run), MIG and MPS partitioning, topology-aware pair scores (without
 ``hami.io/node-nvidia-score`` HAMi's choice degrades to the first candidates, which is what the
 model returns), kube-scheduler's own predicates (taints, selectors, CPU/memory), pod priorities,
-and the bind-time node lock. Messages follow kube-scheduler's ``FitError`` form
-(``0/1 nodes are available: 1 1/1 CardInsufficientCore.``); a live ``FailedScheduling`` event may
-append a ``preemption: ...`` sentence after it.
+the bind-time node lock, and, on nodes of more than 12 cards, which of several equal cards HAMi
+takes (Go's ``sort.Sort`` is a stable insertion sort only up to 12 elements; see ``sort_devices``).
+Messages follow kube-scheduler's ``FitError`` form (``0/1 nodes are available: 1 1/1
+CardInsufficientCore.``); a live ``FailedScheduling`` event may append a ``preemption: ...`` sentence after it.
 """
 
 from __future__ import annotations
