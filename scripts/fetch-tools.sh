@@ -13,6 +13,11 @@ bin="$tools_dir/bin"
 mkdir -p "$bin"
 
 os="$(uname -s | tr '[:upper:]' '[:lower:]')"
+case "$os" in
+  linux | darwin) ;;
+  # kind and the Pulumi CLI publish Windows builds too, but the program's commands need a POSIX shell and Docker's Linux engine.
+  *) echo "unsupported operating system $(uname -s): kind and the Pulumi CLI are fetched for Linux and macOS; install them yourself" >&2; exit 1 ;;
+esac
 case "$(uname -m)" in
   x86_64 | amd64) arch=amd64; pulumi_arch=x64 ;;
   aarch64 | arm64) arch=arm64; pulumi_arch=arm64 ;;

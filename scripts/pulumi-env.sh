@@ -3,8 +3,9 @@
 #   scripts/pulumi-env.sh [--existing] STACK pulumi up ...
 # --existing: the stack must exist already (validation, outputs, destroy) and nothing is created:
 # no .pulumi-state/, no .pulumi-passphrase, no stack. Otherwise the stack is created on first use.
-# A user who set PULUMI_BACKEND_URL or is logged in keeps that backend; otherwise state goes to
-# .pulumi-state/ next to the project. A user who set PULUMI_CONFIG_PASSPHRASE(_FILE) keeps it;
+# A user who set PULUMI_BACKEND_URL keeps that backend; a stack already in .pulumi-state/ next to
+# the project stays there; a user who is logged in keeps that backend; otherwise state goes to
+# .pulumi-state/. A user who set PULUMI_CONFIG_PASSPHRASE(_FILE) keeps it;
 # otherwise every self-managed backend (file, s3, gs, azblob) gets a passphrase generated once into
 # .pulumi-passphrase (mode 600). Pulumi Cloud brings its own secrets provider. As in Pulumi's own
 # readPassphrase, a PULUMI_CONFIG_PASSPHRASE that is set counts even when empty (an empty passphrase),
@@ -28,6 +29,12 @@ if ! command -v pulumi >/dev/null 2>&1; then
 fi
 
 backend="${PULUMI_BACKEND_URL:-}"
+if [ -z "$backend" ] && [ -n "$(find "$project_dir/.pulumi-state/.pulumi/stacks" -name "${stack##*/}.json*" 2>/dev/null)" ]; then
+  # This checkout's stack lives in .pulumi-state/: a `pulumi login` made since (logins are
+  # machine-wide, perhaps for another project) must not move it to a backend without it.
+  backend="file://$project_dir/.pulumi-state"
+  export PULUMI_BACKEND_URL="$backend"
+fi
 if [ -z "$backend" ]; then
   if whoami="$(pulumi whoami --json 2>/dev/null)"; then
     # Logged in: `pulumi login` chose the backend; its URL says whether it is Pulumi Cloud.

@@ -85,7 +85,7 @@ def run_fetch(tmp_path: Path, served: Path, host_bin: Path | None = None) -> sub
 
 
 def publish(served: Path, arch: str = "amd64", corrupt: str | None = None) -> None:
-    kind = f"kind-linux-{arch}"
+    kind = f"kind-{host_os()}-{arch}"
     (served / kind).write_bytes(b"#!/bin/sh\necho kind v0.33.0 go1.24.6 linux/amd64\n")
     digest = hashlib.sha256((served / kind).read_bytes()).hexdigest()
     (served / f"{kind}.sha256sum").write_text(f"{'0' * 64 if corrupt == 'kind' else digest}  {kind}\n")
@@ -94,11 +94,16 @@ def publish(served: Path, arch: str = "amd64", corrupt: str | None = None) -> No
     tree.mkdir(parents=True)
     for binary in ("pulumi", "pulumi-language-python"):
         executable(tree / binary, "#!/bin/sh\necho v3.272.0\n")
-    asset = f"pulumi-v3.272.0-linux-{pulumi_arch}.tar.gz"
+    asset = f"pulumi-v3.272.0-{host_os()}-{pulumi_arch}.tar.gz"
     with tarfile.open(served / asset, "w:gz") as archive:
         archive.add(tree, arcname="pulumi")
     digest = hashlib.sha256((served / asset).read_bytes()).hexdigest()
     (served / "pulumi-3.272.0-checksums.txt").write_text(f"{'f' * 64 if corrupt == 'pulumi' else digest}  {asset}\nabc  other\n")
+
+
+def host_os() -> str:
+    """What fetch-tools.sh asks the release servers for: ``uname -s`` in lower case (linux, darwin)."""
+    return os.uname().sysname.lower()
 
 
 def host_arch() -> str:
@@ -115,7 +120,7 @@ def test_fetch_tools_verifies_and_installs_kind_and_pulumi(tmp_path: Path, relea
     assert subprocess.run([str(bin_dir / "pulumi")], capture_output=True, text=True, check=True).stdout == "v3.272.0\n"
     assert (bin_dir / "pulumi-language-python").exists()
     requests = (release_server / "requests").read_text().splitlines()
-    assert f"https://github.com/kubernetes-sigs/kind/releases/download/v0.33.0/kind-linux-{host_arch()}" in requests
+    assert f"https://github.com/kubernetes-sigs/kind/releases/download/v0.33.0/kind-{host_os()}-{host_arch()}" in requests
     assert "https://github.com/pulumi/pulumi/releases/download/v3.272.0/pulumi-3.272.0-checksums.txt" in requests
     # A second run finds them and fetches nothing.
     (release_server / "requests").unlink()
@@ -193,9 +198,9 @@ def left_in_tools(tmp_path: Path) -> set[str]:
 @pytest.mark.parametrize(
     ("missing", "instead"),
     [
-        ("kind-linux-{arch}", "kind v0.33.0 (exactly"),
-        ("kind-linux-{arch}.sha256sum", "kind v0.33.0 (exactly"),
-        ("pulumi-v3.272.0-linux-{pulumi_arch}.tar.gz", "the Pulumi CLI v3.272.0 or newer"),
+        ("kind-{os}-{arch}", "kind v0.33.0 (exactly"),
+        ("kind-{os}-{arch}.sha256sum", "kind v0.33.0 (exactly"),
+        ("pulumi-v3.272.0-{os}-{pulumi_arch}.tar.gz", "the Pulumi CLI v3.272.0 or newer"),
         ("pulumi-3.272.0-checksums.txt", "the Pulumi CLI v3.272.0 or newer"),
     ],
 )
@@ -204,7 +209,7 @@ def test_a_failed_download_leaves_nothing_behind_and_says_what_to_do_instead(
 ) -> None:
     arch = host_arch()
     publish(release_server, arch)
-    name = missing.format(arch=arch, pulumi_arch={"amd64": "x64", "arm64": "arm64"}[arch])
+    name = missing.format(os=host_os(), arch=arch, pulumi_arch={"amd64": "x64", "arm64": "arm64"}[arch])
     (release_server / name).unlink()
     result = run_fetch(tmp_path, release_server)
     assert result.returncode == 1
@@ -294,6 +299,23 @@ def test_a_logged_in_user_keeps_their_backend_and_secrets(tmp_path: Path) -> Non
     assert "backend= " in log and "passfile=" in log.splitlines()[-1] and ".pulumi-passphrase" not in log
     assert "stack init" not in log
     assert not (tmp_path / "project" / ".pulumi-state").exists()
+
+
+def test_a_stack_in_local_state_stays_there_after_a_login(tmp_path: Path) -> None:
+    # `pulumi login` is machine-wide: one made for another project must not move this checkout's
+    # stack to a backend without it (a second stack, a second kind cluster).
+    state = tmp_path / "project" / ".pulumi-state" / ".pulumi" / "stacks" / "gpu-tenancy"
+    state.mkdir(parents=True)
+    (state / "dev.json").write_text("{}")
+    bin_dir = fake_pulumi(tmp_path, logged_in=True, stacks=["dev"])
+    result = run_env(tmp_path, bin_dir, "dev", "pulumi", "up")
+    assert result.returncode == 0, result.stderr
+    log = (tmp_path / "pulumi.log").read_text().splitlines()
+    assert not any(line.startswith("whoami") for line in log)
+    assert log[-1].startswith("up ") and f"backend=file://{tmp_path / 'project'}/.pulumi-state" in log[-1]
+    # Another stack of the same checkout still follows the login.
+    result = run_env(tmp_path, bin_dir, "prod", "pulumi", "up")
+    assert "backend= " in (tmp_path / "pulumi.log").read_text().splitlines()[-1]
 
 
 def test_a_self_managed_backend_the_user_logged_in_to_gets_a_passphrase(tmp_path: Path) -> None:
