@@ -1517,6 +1517,31 @@ def kubeconfig_for(server: str) -> dict[str, Any]:
     }
 
 
+@pytest.mark.parametrize(
+    ("environ", "endpoint", "expected"),
+    [
+        # Go (kubectl, the Pulumi provider) reads only the https variables for an https server;
+        # the client alone would let HTTP_PROXY win.
+        ({"HTTP_PROXY": "http://plain:3128"}, "https://172.18.255.200:6443", None),
+        ({"HTTP_PROXY": "http://plain:3128", "HTTPS_PROXY": "http://tls:3128"}, "https://172.18.255.200:6443", "http://tls:3128"),
+        ({"https_proxy": "tls:3128"}, "https://172.18.255.200:6443", "http://tls:3128"),
+        ({"HTTPS_PROXY": "http://tls:3128"}, "https://127.0.0.1:40123", None),
+        ({"HTTPS_PROXY": "http://tls:3128"}, "https://localhost:40123", None),
+    ],
+)
+def test_the_proxy_is_the_one_kubectl_takes(environ: dict[str, str], endpoint: str, expected: str | None) -> None:
+    assert kube.https_proxy(environ, endpoint) == expected
+
+
+def test_the_client_gets_that_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", "http://plain.invalid:3128")
+    monkeypatch.setenv("HTTPS_PROXY", "http://tls.invalid:3128")
+    live = kube.connect(yaml.safe_dump(kubeconfig_for("https://172.18.255.200:6443")))
+    assert live._apis.core.api_client.configuration.proxy == "http://tls.invalid:3128"
+
+
 def behind_a_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
     """HTTPS_PROXY set to a proxy that does not exist, no other proxy variable."""
     for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):

@@ -482,6 +482,23 @@ def no_proxy(environ: Mapping[str, str]) -> str | None:
     return ",".join(entry.strip() for entry in raw.split(",") if entry.strip()) or None
 
 
+def https_proxy(environ: Mapping[str, str], endpoint: str) -> str | None:
+    """The proxy Go's proxy selection (kubectl, the Pulumi provider) takes for an https server.
+
+    That is HTTPS_PROXY, else https_proxy, and never one for loopback; the client instead lets
+    HTTP_PROXY and http_proxy override them (kubernetes/client/configuration.py), so with both set
+    it would send the tenants' TLS through another proxy than kubectl does. As Go, a proxy given
+    without a scheme is an http:// one.
+    """
+    if endpoint.startswith("http://"):
+        raw = environ.get("HTTP_PROXY") or environ.get("http_proxy") or ""
+    else:
+        raw = environ.get("HTTPS_PROXY") or environ.get("https_proxy") or ""
+    if not raw or _is_loopback(urllib3.util.parse_url(endpoint).host):
+        return None
+    return raw if "://" in raw else f"http://{raw}"
+
+
 def _is_loopback(host: str | None) -> bool:
     if not host:
         return False
@@ -507,9 +524,7 @@ def connect(kubeconfig: str, *, server: str | None = None, verify: bool = True) 
     try:
         document = retarget(document, server, verify)
         endpoint = str(_current_cluster(document)["server"])
-        if _is_loopback(urllib3.util.parse_url(endpoint).host):
-            # As Go's proxy selection (kubectl, the Pulumi provider) never proxies loopback: kind's API.
-            configuration.proxy = None
+        configuration.proxy = https_proxy(os.environ, endpoint)
         api_client = kube_config.new_client_from_config_dict(document, persist_config=False, client_configuration=configuration)
     except (ConfigException, ValueError, KeyError, TypeError, AttributeError) as error:
         # The message could quote the kubeconfig; its type is enough to say it is unusable.
