@@ -325,12 +325,14 @@ class FakeKube:
 
     # helpers for tests ---------------------------------------------------------------------
 
-    def add_gpu_pod(self, namespace: str, name: str, memory: int, cores: int) -> None:
+    def add_gpu_pod(self, namespace: str, name: str, memory: int, cores: int, labels: dict[str, str] | None = None) -> None:
         """A user's GPU pod that already holds a slice when the suite starts."""
         self.namespaces.add(namespace)
         self.create_pod(
             namespace,
-            expect.pod_manifest(name, namespace, {"app": "user"}, {placement.GPUMEM: memory, placement.GPUCORES: cores}),
+            expect.pod_manifest(
+                name, namespace, labels or {"app": "user"}, {placement.GPUMEM: memory, placement.GPUCORES: cores}
+            ),
         )
         self.created.remove((namespace, name))
 
@@ -1056,6 +1058,21 @@ def test_quota_takes_existing_usage_in_its_namespace_into_account():
     assert ("default", "user-job") in w.tenants["tenant-a"].pods, "the suite never touches other pods"
 
 
+def test_probes_an_earlier_run_left_behind_fail_the_fractional_check():
+    # A killed run's quota probe: a pause pod that never exits and keeps its card and quota.
+    w = world()
+    w.tenants["tenant-a"].add_gpu_pod("default", "validate-old999-quota-1", 20000, 30, {RUN_LABEL: "old999"})
+    results = runner.run_checks(w.run(["fractional-fit", "fractional-next"]))
+    fit, nxt = rows(results, "fractional-fit")["tenant-a"], rows(results, "fractional-next")["tenant-a"]
+    assert fit.status == report.FAIL
+    assert "1 probe pod(s) of an earlier validation run still hold GPUs and quota: default/validate-old999-quota-1" in fit.detail
+    assert f"kubectl delete pods -A -l {RUN_LABEL}" in fit.detail
+    assert nxt.status == report.SKIP
+    # tenant-b has none: it runs as usual, and the suite deletes no pod it did not make.
+    assert rows(results, "fractional-fit")["tenant-b"].status == report.PASS
+    assert ("default", "validate-old999-quota-1") in w.tenants["tenant-a"].pods
+
+
 def test_a_tenant_without_workers_skips_hamis_checks_and_passes_the_rest():
     # Such a tenant is a control plane only: HAMi comes with its first worker.
     raw = DEV.model_dump(by_alias=True, exclude_none=True, mode="json")
@@ -1235,6 +1252,26 @@ def test_scratch_namespaces_are_deleted_even_when_the_run_is_interrupted():
     for fake in w.tenants.values():
         assert fake.deleted_namespaces == [f"validate-abc123-{next(k for k, v in w.tenants.items() if v is fake)}"]
         assert fake.leftovers() == []
+
+
+def test_an_interrupt_during_the_final_namespace_deletion_still_deletes_the_rest():
+    w = world()
+    fake = w.tenants["tenant-a"]
+    delete_namespace = fake.delete_namespace
+    hit: list[str] = []
+
+    def interrupt_once(name: str) -> None:
+        if not hit:
+            hit.append(name)
+            raise KeyboardInterrupt
+        delete_namespace(name)
+
+    fake.delete_namespace = interrupt_once  # type: ignore[method-assign]
+    with pytest.raises(runner.Interrupted):
+        runner.run_checks(w.run(["isolation"]))
+    assert hit == ["validate-abc123-tenant-a"]
+    assert fake.deleted_namespaces == ["validate-abc123-tenant-a"]
+    assert w.tenants["tenant-b"].deleted_namespaces == ["validate-abc123-tenant-b"]
 
 
 def test_long_tenant_names_sharing_a_prefix_get_distinct_scratch_namespaces():

@@ -17,7 +17,7 @@ from gpu_tenancy import gpus, placement
 from gpu_tenancy.config import StackConfig, Tenant
 
 from . import expect
-from .context import Cleanup, Run, Target, wait_for
+from .context import RUN_LABEL, Cleanup, Run, Target, wait_for
 from .expect import Probe, Step
 from .kube import ApiRefused, EventView, Kube, KubeError, NodeView, PodView, TlsRefused, Unreachable
 from .outputs import TenantOutputs
@@ -585,6 +585,16 @@ def _model_for(kube: Kube, declared: Tenant) -> Model:
     return Model(lambda: expect.model_cluster(declared, usage, with_quota=True, nodes=nodes), usage, labels)
 
 
+def _leftover_probes(kube: Kube, run: Run) -> list[str]:
+    """Probe pods an earlier run left behind (killed, or its cleanup gave up): pause pods that
+    never exit and keep their cards and the tenant's quota, which HAMi counts like any pod's."""
+    return sorted(
+        f"{pod.namespace}/{pod.name}"
+        for pod in kube.list_pods()
+        if RUN_LABEL in pod.labels and pod.labels[RUN_LABEL] != run.run_id
+    )
+
+
 def _usage_note(usage: expect.LiveUsage) -> str:
     return f" (with {usage.pods} GPU pod(s) already holding cards)" if usage.pods else ""
 
@@ -593,11 +603,18 @@ def check_fractional(run: Run, target: Target, cleanup: Cleanup) -> list[Result]
     kube, declared = require_kube(target), _require_declared(run, target)
     if not declared.cards:
         return [skipped(c, target.name, "no GPUs declared") for c in ("fractional-fit", "fractional-next")]
+    not_run = skipped("fractional-next", target.name, "not run: fractional-fit failed")
+    leftovers = _leftover_probes(kube, run)
+    if leftovers:
+        detail = (
+            f"{len(leftovers)} probe pod(s) of an earlier validation run still hold GPUs and quota: "
+            f"{', '.join(leftovers)}; delete them (kubectl delete pods -A -l {RUN_LABEL}) and run again"
+        )
+        return [failed("fractional-fit", target.name, detail), not_run]
     model = _model_for(kube, declared)
     plan = expect.plan_fractional(model.make(), target.scratch, "fit", run.settings.max_fit_pods)
     labels, usage = model.labels, model.usage
     probe = f"{expect.PROBE_MEMORY_MIB} MiB/{expect.PROBE_CORES} %"
-    not_run = skipped("fractional-next", target.name, "not run: fractional-fit failed")
     landed, problem = _place(run, kube, target.scratch, plan.placed, cleanup)
     if problem:
         return [failed("fractional-fit", target.name, problem), not_run]

@@ -230,10 +230,13 @@ def run_checks(run: Run) -> list[Result]:
     except BaseException:
         _delete_scratch(created)
         raise
-    if interrupted is not None:
-        deleted = _clean_up_after_interrupt(lambda: [row.detail for row in _delete_scratch(created)])
-        raise Interrupted([*_leftovers(interrupted), *deleted]) from None
-    return _in_table_order(run, results + _delete_scratch(created))
+    if interrupted is None:
+        try:
+            return _in_table_order(run, results + _delete_scratch(created))
+        except KeyboardInterrupt as interrupt:  # during the deletion itself: the same cleanup as above
+            interrupted = interrupt
+    deleted = _clean_up_after_interrupt(lambda: [row.detail for row in _delete_scratch(created)])
+    raise Interrupted([*_leftovers(interrupted), *deleted]) from None
 
 
 def _in_table_order(run: Run, results: list[Result]) -> list[Result]:
