@@ -36,11 +36,14 @@ def calico_values(pod_cidr: ipaddress.IPv4Network, api_endpoint: pulumi.Input[st
         "goldmane": {"enabled": False},
         "whisker": {"enabled": False},
         # The operator starts before Service routing works; point it at the API server directly.
-        "kubernetesServiceEndpoint": {
-            "host": pulumi.Output.from_input(api_endpoint).apply(lambda endpoint: split_endpoint(endpoint)[0]),
-            "port": pulumi.Output.from_input(api_endpoint).apply(lambda endpoint: split_endpoint(endpoint)[1]),
-        },
+        "kubernetesServiceEndpoint": pulumi.Output.from_input(api_endpoint).apply(service_endpoint),
     }
+
+
+def service_endpoint(api_endpoint: str) -> dict[str, str]:
+    """tigera-operator's ``kubernetesServiceEndpoint``: the bare host (no IPv6 brackets) and port."""
+    host, port = split_endpoint(api_endpoint)
+    return {"host": host, "port": port}
 
 
 def kube_proxy_configuration(pod_cidr: ipaddress.IPv4Network, rootless: bool = False) -> str:

@@ -1100,7 +1100,9 @@ class Cluster:
         ``prefer_node`` breaks a tie as a live HAMi did: taken when it scores as well as the
         model's own choice (see ``_choose``), ignored otherwise.
         """
-        if pod.labels.get(WEBHOOK_IGNORE_LABEL[0]) == WEBHOOK_IGNORE_LABEL[1]:
+        # Unmutated, such a pod keeps the scheduler it names: only one naming hami-scheduler itself
+        # still reaches HAMi (the model then applies the webhook's defaults all the same).
+        if pod.labels.get(WEBHOOK_IGNORE_LABEL[0]) == WEBHOOK_IGNORE_LABEL[1] and pod.scheduler_name != HAMI_SCHEDULER:
             return PodResult(
                 pod.name,
                 pod.namespace,

@@ -29,7 +29,9 @@ if ! command -v pulumi >/dev/null 2>&1; then
 fi
 
 backend="${PULUMI_BACKEND_URL:-}"
-if [ -z "$backend" ] && [ -n "$(find "$project_dir/.pulumi-state/.pulumi/stacks" -name "${stack##*/}.json*" 2>/dev/null)" ]; then
+# The stack file itself (gzipped when PULUMI_SELF_MANAGED_STATE_GZIP is set), not the .bak that
+# `pulumi stack rm` leaves behind.
+if [ -z "$backend" ] && [ -n "$(find "$project_dir/.pulumi-state/.pulumi/stacks" \( -name "${stack##*/}.json" -o -name "${stack##*/}.json.gz" \) 2>/dev/null)" ]; then
   # This checkout's stack lives in .pulumi-state/: a `pulumi login` made since (logins are
   # machine-wide, perhaps for another project) must not move it to a backend without it.
   backend="file://$project_dir/.pulumi-state"

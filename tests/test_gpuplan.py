@@ -358,6 +358,12 @@ metadata: {name: bound, labels: {gpu-tenancy.io/tenant: alpha}}
 spec:
   nodeName: alpha-0
   containers: [{name: a, resources: {limits: {nvidia.com/gpumem: 1000}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: unseen, labels: {gpu-tenancy.io/tenant: alpha, hami.io/webhook: ignore}}
+spec:
+  containers: [{name: a, resources: {limits: {nvidia.com/gpumem: 1000}}}]
 """
     )
     code, out = run_main(["--config", str(stack), "--pods", str(manifests)])
@@ -365,6 +371,7 @@ spec:
     rows = {row[0]: row for row in (cells(line) for line in out.split("\n\n")[0].splitlines()[1:])}
     assert "HAMi neither schedules it nor counts what it holds" in " ".join(rows["batch"])
     assert "pod has node assigned" in " ".join(rows["bound"])
+    assert "labelled hami.io/webhook: ignore" in " ".join(rows["unseen"])
 
 
 def test_json_pods_carry_labels_scheduler_and_node():

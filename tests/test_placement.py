@@ -604,6 +604,12 @@ def test_pods_hami_never_handles_hold_no_card():
     assert "labelled hami.io/webhook: ignore" in results[1].message
 
 
+def test_an_ignored_pod_that_names_hami_scheduler_itself_is_still_hamis():
+    # The webhook never sees it, but the scheduler it names is HAMi's: HAMi places it and counts it.
+    pod_ = frac("own", scheduler_name="hami-scheduler", labels={"hami.io/webhook": "ignore"})
+    assert [r.stage for r in plan([pod_], [gpu_node("w0")])] == ["scheduled"]
+
+
 def test_the_default_scheduler_named_explicitly_is_taken_over():
     # forceOverwriteDefaultScheduler is the chart's default: default-scheduler becomes hami-scheduler.
     for name in ("default-scheduler", "hami-scheduler", ""):

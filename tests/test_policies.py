@@ -1241,3 +1241,11 @@ def test_stack_policies_see_what_the_program_registered_not_its_reads(base: dict
     assert reads and not reads & {resource.urn for resource in analyzed.stack_resources}
     assert all(not reads & {dependency.urn for dependency in resource.dependencies} for resource in analyzed.stack_resources)
     assert len(analyzed.stack_resources) == len(base["resources"]) - len(reads)
+
+
+def test_policies_get_numbers_as_the_analyzer_decodes_them(base: dict) -> None:
+    # pulumi_policy decodes the engine's protobuf numbers as floats: 6443 arrives as 6443.0.
+    analyzed = policycheck.analyze(base)
+    tcp = next(resource for resource in analyzed.resources if resource.resource_type == TCP)
+    port = tcp.props["spec"]["networkProfile"]["port"]
+    assert isinstance(port, float) and port == 6443

@@ -313,6 +313,10 @@ def test_a_stack_in_local_state_stays_there_after_a_login(tmp_path: Path) -> Non
     log = (tmp_path / "pulumi.log").read_text().splitlines()
     assert not any(line.startswith("whoami") for line in log)
     assert log[-1].startswith("up ") and f"backend=file://{tmp_path / 'project'}/.pulumi-state" in log[-1]
+    # What `pulumi stack rm` leaves behind (dev.json.bak) is no stack: the login is followed.
+    (state / "dev.json").rename(state / "dev.json.bak")
+    run_env(tmp_path, bin_dir, "dev", "pulumi", "up")
+    assert "backend= " in (tmp_path / "pulumi.log").read_text().splitlines()[-1]
     # Another stack of the same checkout still follows the login.
     result = run_env(tmp_path, bin_dir, "prod", "pulumi", "up")
     assert "backend= " in (tmp_path / "pulumi.log").read_text().splitlines()[-1]

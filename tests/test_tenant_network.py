@@ -7,6 +7,7 @@ import base64
 import pytest
 import yaml
 
+from components.tenant_network import service_endpoint
 from gpu_tenancy.addressing import split_endpoint
 from tests.conftest import COMMAND, K8S_PROVIDER, RELEASE, dev_config, render_config
 from tools import harness
@@ -62,7 +63,7 @@ def test_calico_values(dev: harness.Render) -> None:
     ],
 )
 def test_the_operator_gets_the_bare_host_of_the_endpoint(endpoint: str, host: str, port: str) -> None:
-    assert split_endpoint(endpoint) == (host, port)
+    assert service_endpoint(endpoint) == {"host": host, "port": port}
 
 
 @pytest.mark.parametrize("endpoint", ["172.18.255.230", ":6443", "172.18.255.230:https"])

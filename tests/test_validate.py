@@ -1073,6 +1073,19 @@ def test_probes_an_earlier_run_left_behind_fail_the_fractional_check():
     assert ("default", "validate-old999-quota-1") in w.tenants["tenant-a"].pods
 
 
+def test_only_an_earlier_runs_pods_that_hold_cards_count_as_leftovers():
+    w = world()
+    fake = w.tenants["tenant-a"]
+    # A pod of another run that holds no card (a konnectivity tunnel probe), and one of this run.
+    fake.namespaces.add("validate-old999-tenant-a")
+    fake.create_pod(
+        "validate-old999-tenant-a", expect.pod_manifest("tunnel", "validate-old999-tenant-a", {RUN_LABEL: "old999"}, {})
+    )
+    fake.add_gpu_pod("default", "validate-abc123-quota-1", 20000, 30, {RUN_LABEL: "abc123"})
+    fit = rows(runner.run_checks(w.run(["fractional-fit"])), "fractional-fit")["tenant-a"]
+    assert fit.status == report.PASS and "earlier validation run" not in fit.detail, fit.detail
+
+
 def test_a_tenant_without_workers_skips_hamis_checks_and_passes_the_rest():
     # Such a tenant is a control plane only: HAMi comes with its first worker.
     raw = DEV.model_dump(by_alias=True, exclude_none=True, mode="json")

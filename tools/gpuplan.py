@@ -30,8 +30,9 @@ Pods are placed in the given order, each consuming capacity for the next. It wri
 
 ``devices`` has one list per container, init containers first (HAMi's annotation order). A pod
 with no NVIDIA request has stage ``no-gpu``, ``scheduled: true`` and ``node: null``:
-kube-scheduler alone places it. A pod HAMi never handles (labelled ``hami.io/webhook: ignore``, or
-naming a scheduler other than ``default-scheduler`` or ``hami-scheduler``) has stage ``not-hami``
+kube-scheduler alone places it. A pod HAMi never handles (labelled ``hami.io/webhook: ignore``
+without naming ``hami-scheduler``, or naming a scheduler other than ``default-scheduler`` or
+``hami-scheduler``) has stage ``not-hami``
 and ``scheduled: false``: it holds no card in the plan, and its message says why. (A namespace's
 ``hami.io/webhook: ignore`` label has the same effect; a Pod manifest does not show it.)
 ``reasons`` are HAMi's Filter reason names; an admission denial (stage ``admission``) has none,

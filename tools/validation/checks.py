@@ -591,7 +591,7 @@ def _leftover_probes(kube: Kube, run: Run) -> list[str]:
     return sorted(
         f"{pod.namespace}/{pod.name}"
         for pod in kube.list_pods()
-        if RUN_LABEL in pod.labels and pod.labels[RUN_LABEL] != run.run_id
+        if RUN_LABEL in pod.labels and pod.labels[RUN_LABEL] != run.run_id and expect.holds_allocation(pod)
     )
 
 
