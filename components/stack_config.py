@@ -32,7 +32,9 @@ def read_stack_config() -> StackConfig:
         value = config.get(name)
         try:
             raw[name] = json.loads(value) if value is not None else None
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
+            # Not JSON (plain text), or JSON Python will not hold (an integer of thousands of
+            # digits, nesting deeper than it recurses): validation then names the key.
             raw[name] = value
     try:
         return StackConfig.load(raw)

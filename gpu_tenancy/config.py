@@ -322,7 +322,7 @@ NonBlank = Annotated[str, AfterValidator(_not_blank)]
 
 # The login goes to sshd as it is (directory users look like jdoe@corp.example.com): only what
 # cannot be one name is refused.
-_SSH_USER = re.compile(r"^[^\s:]+$")
+_SSH_USER = re.compile(r"^[^\s:\x00-\x1f\x7f]+$")
 # A host name as resolvers take it (underscores included), or an address; never host:port or user@host.
 _SSH_HOST = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?$")
 # A public key as authorized_keys and known_hosts write it: its type, then its base64 body.

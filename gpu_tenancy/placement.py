@@ -362,7 +362,7 @@ class PodResult:
 
 # --- quantities ------------------------------------------------------------------------------
 
-_QUANTITY = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?\d+)?$")
+_QUANTITY = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?\d+)?$", re.ASCII)
 _SUFFIX_SCALE: Final[dict[str, Fraction]] = {
     "": Fraction(1),
     "m": Fraction(1, 1000),
@@ -638,7 +638,7 @@ def parse_scoring_weights(value: str) -> ScoringWeights:
         key = key.strip()
         if key in weights:
             raise ScoringWeightsError(f"invalid {key_name} annotation {_go_quote(value)}: duplicate {_go_quote(key)} weight")
-        if not re.fullmatch(r"[+-]?\d+", raw.strip()):
+        if not re.fullmatch(r"[+-]?[0-9]+", raw.strip()):
             raise ScoringWeightsError(
                 f"invalid {key_name} annotation {_go_quote(value)}: {_go_quote(key)} weight must be an integer"
             )
@@ -833,7 +833,7 @@ def parse_reason(text: str) -> list[str]:
     names = []
     for part in text.split(", "):
         prefix, _, name = part.partition(" ")
-        names.append(name if name and re.fullmatch(r"\d+/\d+", prefix) else part)
+        names.append(name if name and re.fullmatch(r"[0-9]+/[0-9]+", prefix) else part)
     return names
 
 

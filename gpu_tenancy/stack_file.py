@@ -31,15 +31,49 @@ class _StackFileLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        limit = sys.get_int_max_str_digits()
         try:
-            return super().construct_yaml_int(node)
+            value = super().construct_yaml_int(node)
         except ValueError:  # `!!int x`, or more digits than Python converts to an int
-            limit = sys.get_int_max_str_digits()
             if limit and len(node.value) > limit:
                 problem = f"an integer of {len(node.value)} digits: at most {limit} are read; quote it if it is text"
             else:
-                problem = f"{node.value!r} is not an integer"
+                problem = f"{_shown(node.value)} is not an integer"
             raise ConstructorError(None, None, problem, node.start_mark) from None
+        except IndexError:  # `!!int ''`, `!!int +`
+            raise ConstructorError(None, None, f"{_shown(node.value)} is not an integer", node.start_mark) from None
+        try:
+            # Hexadecimal, octal and binary forms are not held to the limit when read, but every
+            # later str() or JSON of the value is.
+            str(value)
+        except ValueError:
+            problem = f"an integer of more than {limit} decimal digits: at most {limit} are read; quote it if it is text"
+            raise ConstructorError(None, None, problem, node.start_mark) from None
+        return value
+
+    def construct_yaml_bool(self, node: yaml.ScalarNode) -> bool:
+        try:
+            return super().construct_yaml_bool(node)
+        except KeyError:  # `!!bool x`
+            problem = f"{_shown(node.value)} is not a boolean (true or false)"
+            raise ConstructorError(None, None, problem, node.start_mark) from None
+
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
+        try:
+            return super().construct_yaml_float(node)
+        except ValueError:  # `!!float x`
+            raise ConstructorError(None, None, f"{_shown(node.value)} is not a number", node.start_mark) from None
+
+    def construct_yaml_timestamp(self, node: yaml.ScalarNode) -> Any:
+        try:
+            return super().construct_yaml_timestamp(node)
+        except (AttributeError, ValueError):  # `!!timestamp x`, `!!timestamp 2001-13-01`
+            raise ConstructorError(None, None, f"{_shown(node.value)} is not a timestamp", node.start_mark) from None
+
+
+def _shown(text: str) -> str:
+    """A scalar quoted for a message, cut short: it may be thousands of characters."""
+    return repr(text if len(text) <= 40 else text[:40] + "...")
 
 
 _BOOL = "tag:yaml.org,2002:bool"
@@ -67,6 +101,9 @@ _StackFileLoader.add_implicit_resolver(
     list("-+0123456789."),
 )
 _StackFileLoader.add_constructor(_INT, _StackFileLoader.construct_yaml_int)
+_StackFileLoader.add_constructor(_BOOL, _StackFileLoader.construct_yaml_bool)
+_StackFileLoader.add_constructor(_FLOAT, _StackFileLoader.construct_yaml_float)
+_StackFileLoader.add_constructor("tag:yaml.org,2002:timestamp", _StackFileLoader.construct_yaml_timestamp)
 
 # Values JSON has no form for, so the program could not be handed them as the CLI hands config
 # (JSON text). Only an explicit tag makes them here: an untagged 2001-12-14 is already a string.
@@ -93,14 +130,21 @@ def read_stack_file(path: Path) -> tuple[dict[str, Any], list[str]]:
     config = document.get("config") if isinstance(document, dict) else None
     if not isinstance(document, dict) or not isinstance(config, dict | None):
         raise ConfigError([("", f"{path} is not a stack file: expected a mapping with a 'config' mapping")])
-    values: dict[str, Any] = {}
-    secret_keys: list[str] = []
     misspelt = misspelt_namespaces(map(str, config or {}))
     if misspelt:
         raise ConfigError(misspelt)
+    try:
+        return _read_config(config or {})
+    except RecursionError:  # an alias inside itself (`&a [*a]`), or nesting deeper than Python recurses
+        raise ConfigError([("", f"cannot read {path}: a value contains itself or is nested too deeply")]) from None
+
+
+def _read_config(config: dict[Any, Any]) -> tuple[dict[str, Any], list[str]]:
+    values: dict[str, Any] = {}
+    secret_keys: list[str] = []
     problems: list[tuple[str, str]] = []
     given_as: dict[str, str] = {}
-    for raw_key, value in (config or {}).items():
+    for raw_key, value in config.items():
         key = str(raw_key)
         full_key = key if ":" in key else f"{CONFIG_NAMESPACE}:{key}"
         # The CLI reads a bare key in the project's namespace: `tenants` and `gpu-tenancy:tenants`
@@ -117,6 +161,14 @@ def read_stack_file(path: Path) -> tuple[dict[str, Any], list[str]]:
     if problems:
         raise ConfigError(problems)
     return values, secret_keys
+
+
+def is_file(path: Path) -> bool:
+    """``path.is_file()``, false too for a name the system refuses (too long, say) instead of raising."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 def load_stack_config(path: Path) -> StackConfig:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-_NUMBER = r"(0|[1-9]\d*)"
+_NUMBER = r"(0|[1-9][0-9]*)"  # ASCII digits only: \d would take any script's
 _KUBE_VERSION: Final = re.compile(rf"v{_NUMBER}\.{_NUMBER}\.{_NUMBER}")
 # SemVer 2.0 as Helm takes an exact chart version: optional v, MAJOR.MINOR.PATCH, pre-release,
 # build metadata. Helm reads anything else (``~2.10``, ``>=2.8``, ``2.10``) as a range and installs

@@ -731,3 +731,26 @@ def test_tenants_whose_names_hash_to_one_slot_still_get_distinct_vips() -> None:
 )
 def test_shape_errors_speak_yaml_not_python(raw: dict[str, Any], path: str, expected: str) -> None:
     assert problem_at(raw, path) == expected
+
+
+@pytest.mark.parametrize("user", ["a\x01b", "a\x00b", "a\x7fb", "a b", "a:b"])
+def test_an_ssh_login_with_control_characters_is_refused(user: str) -> None:
+    raw = dev_config()
+    raw["tenants"][0]["workers"][0]["ssh"] = {"host": "10.0.0.11", "user": user, "privateKey": "k"}
+    assert "is not a login name: no spaces, control characters or ':'" in problem_at(raw, "tenants[0].workers[0].ssh.user")
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("kubernetesVersion", "v1.3\u0666.4"), ("versions.hami", "2.1\u0660.0"), ("versions.calico", "v3.3\u0662.2")],
+)
+def test_versions_are_ascii_digits_only(key: str, value: str) -> None:
+    # \d takes any script's digits; an image tag v1.3٦.4 exists nowhere.
+    raw = dev_config()
+    if key.startswith("versions."):
+        raw["versions"] = {key.split(".", 1)[1]: value}
+        path = key
+    else:
+        raw["tenants"][0][key] = value
+        path = f"tenants[0].{key}"
+    assert problem_at(raw, path)

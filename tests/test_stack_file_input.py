@@ -111,6 +111,37 @@ def test_deeply_nested_stack_config_names_the_file(tmp_path):
     assert problems(path) == [("", f"cannot read {path}: its values are nested too deeply")]
 
 
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        # PyYAML's own constructors raise KeyError, AttributeError or IndexError for these.
+        ("!!bool x", "'x' is not a boolean (true or false)"),
+        ("!!timestamp x", "'x' is not a timestamp"),
+        ("!!int ''", "'' is not an integer"),
+        ("!!int +", "'+' is not an integer"),
+        ("!!float x", "'x' is not a number"),
+        # Hexadecimal is read whatever its length; every later str() or JSON of it raised.
+        ("0x" + "f" * 4000, "an integer of more than 4300 decimal digits"),
+    ],
+)
+def test_a_value_its_yaml_tag_cannot_hold_names_the_file_and_line(tmp_path, value, message):
+    path = write(tmp_path, "Pulumi.t.yaml", f"config:\n  gpu-tenancy:tenants: {value}\n")
+    ((where, text),) = problems(path)
+    assert where == "" and text.startswith(f"cannot read {path}: ") and message in text and "line 2" in text
+
+
+def test_a_value_that_contains_itself_names_the_file(tmp_path):
+    path = write(tmp_path, "Pulumi.t.yaml", "config:\n  gpu-tenancy:tenants: &a [*a]\n")
+    assert problems(path) == [("", f"cannot read {path}: a value contains itself or is nested too deeply")]
+
+
+def test_a_stack_file_name_the_system_refuses_is_no_such_file(capsys):
+    with pytest.raises(SystemExit) as exited:
+        render.main(["--config", "/tmp/" + "x" * 300])  # ENAMETOOLONG from is_file(), once a traceback
+    assert exited.value.code == 2
+    assert "no such stack config file" in capsys.readouterr().err
+
+
 # --- 3. a bare key and its namespaced twin ----------------------------------------------------
 
 
@@ -261,3 +292,15 @@ def test_exa_suffixes_and_long_quantities():
     assert parse_quantity("1E") == 10**18  # the exa suffix, not an exponent
     assert parse_quantity("2Ei") == 2 * 2**60
     assert parse_quantity("1." + "0" * 5000) == 1  # Fraction(str) alone stops at 4300 digits
+
+
+@pytest.mark.parametrize(("key", "value"), [("network", "9" * 5000), ("tenants", "[" * 100_000)])
+def test_json_text_python_will_not_hold_is_a_config_error_in_the_program(key, value):
+    # What `pulumi config set` without --path stores is JSON text; the program decodes it itself.
+    with pytest.raises(harness.RenderError, match=re.escape(key)):
+        harness.render({f"gpu-tenancy:{key}": value}, stack="t")
+
+
+def test_quantities_take_ascii_digits_only():
+    with pytest.raises(PlacementInputError):
+        parse_quantity("\u0666")

@@ -78,7 +78,7 @@ from gpu_tenancy.placement import (
     PodResult,
     SchedulerConfig,
 )
-from gpu_tenancy.stack_file import load_stack_config
+from gpu_tenancy.stack_file import is_file, load_stack_config
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 TENANT_KEY = "gpu-tenancy.io/tenant"
@@ -362,9 +362,9 @@ def card_rows(tenant: str, cluster: Cluster) -> list[tuple[str, ...]]:
 
 
 def run_stack(path: Path, pods_file: Path, forced: str | None, with_quota: bool, stdout: TextIO) -> None:
-    if not path.is_file():
+    if not is_file(path):
         raise PlacementInputError(f"no such stack config file: {path}")
-    if not pods_file.is_file():
+    if not is_file(pods_file):
         raise PlacementInputError(f"no such pods file: {pods_file}")
     config = load_stack_config(path)
     pods = read_manifests(pods_file)

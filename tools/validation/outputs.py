@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 import yaml
 
 from gpu_tenancy.config import ConfigError, StackConfig
-from gpu_tenancy.stack_file import load_stack_config
+from gpu_tenancy.stack_file import is_file, load_stack_config
 
 # `pulumi stack output` reads local state in well under a second; a minute covers a slow backend.
 PULUMI_TIMEOUT = 60.0
@@ -189,7 +189,7 @@ def parse_outputs(document: object, source: str) -> StackOutputs:
 
 def load_declared(path: Path) -> StackConfig:
     """The stack's declared ``gpu-tenancy`` config, the inventory the expectations are computed for."""
-    if not path.is_file():
+    if not is_file(path):
         raise StackUnavailable(f"no stack config file {path}: the expectations need the stack's declared inventory")
     try:
         return load_stack_config(path)
