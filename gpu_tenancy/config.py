@@ -797,6 +797,16 @@ def address_plan(config: StackConfig, node_subnets: str | None = None) -> Addres
                         f"{tenant.vip} lies outside the MetalLB pool {pool} derived from the kind network {subnet}",
                     )
                 )
+        # A pinned pool is checked against the SSH hosts up front; a derived one only now.
+        problems.extend(
+            (
+                f"{worker}.ssh.host",
+                f"{address} lies in the MetalLB pool {pool} derived from the kind network {subnet}: a tenant VIP "
+                "could take the host's address; give the host another address, or pin network.pool around it",
+            )
+            for address, worker in config._host_addresses().items()
+            if address in pool
+        )
     elif subnet is not None and not all(part.subnet_of(subnet) for part in pool.networks()):
         problems.append(("network.pool", f"{pool} is not inside the kind network {subnet}, where MetalLB answers ARP"))
     elif subnet is not None:

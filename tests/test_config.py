@@ -136,6 +136,24 @@ def test_vip_outside_the_pool_derived_from_the_kind_network() -> None:
     )
 
 
+def test_an_ssh_host_inside_the_pool_derived_from_the_kind_network_is_refused() -> None:
+    # With no network.pool the pool exists only once kind has made its network: a host there
+    # could be handed out as a tenant's VIP, and the tenant would talk to the worker as its API.
+    raw = {
+        "tenants": [
+            {"name": "t1", "workers": [{"name": "w1", "ssh": {"host": "172.18.255.223", "user": "u", "privateKey": "k"}}]}
+        ]
+    }
+    config = StackConfig.load(raw)
+    with pytest.raises(ConfigError) as caught:
+        address_plan(config, KIND_SUBNETS)
+    assert dict(caught.value.problems)["tenants[0].workers[0].ssh.host"].startswith(
+        "172.18.255.223 lies in the MetalLB pool 172.18.255.200-172.18.255.250 derived from the kind network"
+    )
+    raw["tenants"][0]["workers"][0]["ssh"]["host"] = "172.18.0.23"
+    address_plan(StackConfig.load(raw), KIND_SUBNETS)
+
+
 def test_vip_used_twice() -> None:
     raw = dev_config()
     raw["tenants"][0]["vip"] = raw["tenants"][1]["vip"] = "172.18.255.201"
