@@ -312,29 +312,33 @@ def test_management_node_image_from_a_registry_with_a_port_or_digest(image: str)
 
 
 @pytest.mark.parametrize(
-    ("version", "refused"),
-    [("2.7.1", True), ("v2.6.0", True), ("2.8.0-rc.1", True), ("2.8.0", False), ("2.10.0", False), ("2.8.1-rc.1", False)],
+    ("key", "version", "refused"),
+    [
+        ("hami", "2.7.1", True),
+        ("hami", "v2.6.0", True),
+        ("hami", "2.8.0-rc.1", True),
+        ("hami", "2.8.0", False),
+        ("hami", "2.10.0", False),
+        ("hami", "2.8.1-rc.1", False),
+        ("metallb", "0.14.8", True),
+        ("metallb", "v0.13.12", True),
+        ("metallb", "0.14.9", False),
+        ("metallb", "0.16.1", False),
+    ],
 )
-def test_hami_charts_older_than_the_mock_plugin_are_refused(version: str, refused: bool) -> None:
+def test_charts_older_than_what_the_program_relies_on_are_refused(key: str, version: str, refused: bool) -> None:
+    # HAMi: the mock device plugin; MetalLB: the metallb.io/loadBalancerIPs annotation the VIPs use.
+    why = {
+        "hami": "HAMi chart {version} is older than 2.8.0, the first with the mock device plugin",
+        "metallb": "MetalLB chart {version} is older than 0.14.9, the first that reads the metallb.io/loadBalancerIPs annotation",
+    }
     raw = dev_config()
-    raw["versions"] = {"hami": version}
+    raw["versions"] = {key: version}
     found = dict(problems_or_none(raw))
     if refused:
-        assert "is older than 2.8.0, the first with the mock device plugin" in found["versions.hami"]
+        assert why[key].format(version=version) in found[f"versions.{key}"]
     else:
-        assert "versions.hami" not in found
-
-
-@pytest.mark.parametrize(("version", "refused"), [("0.14.8", True), ("v0.13.12", True), ("0.14.9", False), ("0.16.1", False)])
-def test_metallb_charts_that_ignore_the_vip_annotation_are_refused(version: str, refused: bool) -> None:
-    raw = dev_config()
-    raw["versions"] = {"metallb": version}
-    found = dict(problems_or_none(raw))
-    if refused:
-        assert "MetalLB chart" in found["versions.metallb"]
-        assert "is older than 0.14.9, the first that reads the metallb.io/loadBalancerIPs annotation" in found["versions.metallb"]
-    else:
-        assert "versions.metallb" not in found
+        assert f"versions.{key}" not in found
 
 
 @pytest.mark.parametrize("key", ["certManager", "metallb", "kamaji", "kamajiEtcd", "hami", "calico", "konnectivity"])
