@@ -57,6 +57,17 @@ class AddressPool:
         return any(part.overlaps(network) for part in self.networks())
 
 
+def host_identity(host: str) -> str:
+    """One spelling per machine for an SSH host: ``fd00:0::1`` is ``fd00::1``, ``GPU-1.lab.`` is ``gpu-1.lab``.
+
+    Config validation and the policy pack both ask whether two workers name one machine.
+    """
+    try:
+        return ipaddress.ip_address(host).compressed
+    except ValueError:
+        return host.lower().removesuffix(".")
+
+
 def split_endpoint(endpoint: str) -> tuple[str, str]:
     """``host:port`` as Kamaji reports ``controlPlaneEndpoint`` (Go's ``net.JoinHostPort``: an
     IPv6 address comes in brackets) into the bare host and the port."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -324,6 +325,7 @@ NonBlank = Annotated[str, AfterValidator(_not_blank)]
 # cannot be one name is refused.
 _SSH_USER = re.compile(r"^[^\s:\x00-\x1f\x7f]+$")
 # A host name as resolvers take it (underscores included), or an address; never host:port or user@host.
+_INET_ATON_PART = re.compile(r"^(?:0[xX][0-9a-fA-F]*|[0-9]+)$")
 _SSH_HOST = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?$")
 # A public key as authorized_keys and known_hosts write it: its type, then its base64 body.
 _SSH_PUBLIC_KEY = re.compile(
@@ -337,11 +339,29 @@ def _ssh_host(value: str) -> str:
         return value
     except ValueError:
         pass
-    if len(value) > 253 or not _SSH_HOST.fullmatch(value):
+    labels = value.removesuffix(".").split(".")
+    if len(value) > 253 or not _SSH_HOST.fullmatch(value) or any(len(label) > 63 for label in labels):
         raise ValueError(
-            f"{value!r} is neither an IP address nor a host name; give the port as ssh.port and the user as ssh.user"
+            f"{value!r} is neither an IP address nor a host name (labels of at most 63 characters); "
+            "give the port as ssh.port and the user as ssh.user"
         )
+    if len(labels) <= 4 and all(_INET_ATON_PART.fullmatch(label) for label in labels):
+        # RFC 1123 keeps such names out of DNS; the C resolver reads them as addresses (parts with a
+        # leading 0 in octal, 0x in hex, fewer than four parts filled in) and Go's as names, so one
+        # machine could take two spellings or a join go to the wrong host.
+        meant = _inet_aton(value)
+        if meant is None:
+            raise ValueError(f"{value!r} is not an IPv4 address: four decimal parts of 0-255, without leading zeros")
+        raise ValueError(f"{value!r} is {meant} to the C library's resolver and a host name to Go's; write {meant}")
     return value
+
+
+def _inet_aton(value: str) -> str | None:
+    """The address the C library's resolver takes ``value`` for, if any."""
+    try:
+        return socket.inet_ntoa(socket.inet_aton(value))
+    except OSError:
+        return None
 
 
 def _ssh_user(value: str) -> str:
@@ -654,7 +674,7 @@ class StackConfig(_Model):
         # One machine is one node of one tenant: joined twice, the second join resets the first.
         hosts: dict[tuple[str, int], str] = {}
         for path, ssh in self._ssh_targets():
-            target = (ssh.host.lower(), ssh.port)
+            target = (addressing.host_identity(ssh.host), ssh.port)
             if target in hosts:
                 yield (
                     f"{path}.host",

@@ -611,12 +611,15 @@ def test_a_pool_must_stay_above_the_addresses_docker_gives_containers() -> None:
     assert address_plan(StackConfig.load(raw), KIND_SUBNETS).pool is not None
 
 
-def test_one_ssh_host_is_one_worker() -> None:
-    raw = existing_with_ssh("10.0.0.11", "10.0.0.12", "10.0.0.12")
+@pytest.mark.parametrize(
+    ("first", "again"), [("10.0.0.12", "10.0.0.12"), ("fd00::12", "fd00:0::12"), ("gpu-2.lab", "GPU-2.lab.")]
+)
+def test_one_ssh_host_is_one_worker(first: str, again: str) -> None:
+    raw = existing_with_ssh("10.0.0.11", first, again)
     assert problems(raw) == [
         (
             "tenants[0].workers[2].ssh.host",
-            "10.0.0.12:22 is already the host of tenants[0].workers[1]; a machine joins one tenant once",
+            f"{again}:22 is already the host of tenants[0].workers[1]; a machine joins one tenant once",
         )
     ]
     raw["tenants"][0]["workers"][2]["ssh"]["port"] = 2222  # another sshd on the host: a distinct target
@@ -638,9 +641,23 @@ def test_vips_pools_and_tenant_networks_keep_off_the_ssh_hosts() -> None:
 @pytest.mark.parametrize(
     ("ssh", "key", "expected"),
     [
-        ({"host": "10.0.0.11:2222"}, "host", "neither an IP address nor a host name; give the port as ssh.port"),
+        (
+            {"host": "10.0.0.11:2222"},
+            "host",
+            "neither an IP address nor a host name (labels of at most 63 characters); give the port",
+        ),
         ({"host": "ubuntu@gpu-1"}, "host", "neither an IP address nor a host name"),
         ({"host": "gpu host"}, "host", "neither an IP address nor a host name"),
+        ({"host": f"{'g' * 64}.lab"}, "host", "neither an IP address nor a host name (labels of at most 63 characters)"),
+        # The C resolver reads leading zeros as octal and fills in missing parts; Go's takes a name.
+        (
+            {"host": "10.0.0.011"},
+            "host",
+            "'10.0.0.011' is 10.0.0.9 to the C library's resolver and a host name to Go's; write 10.0.0.9",
+        ),
+        ({"host": "10.1"}, "host", "write 10.0.0.1"),
+        ({"host": "0x0a.0.0.1"}, "host", "write 10.0.0.1"),
+        ({"host": "10.0.0.256"}, "host", "'10.0.0.256' is not an IPv4 address: four decimal parts of 0-255"),
         ({"user": "root user"}, "user", "is not a login name"),
         ({"hostKey": "not a key"}, "hostKey", "is not a public key as known_hosts holds it"),
     ],

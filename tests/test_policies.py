@@ -388,6 +388,17 @@ CASES = [
         findings=2,
     ),
     Case(
+        # One machine, two spellings: names compare case-blind without the root dot, addresses by value.
+        "ssh-host-in-two-tenants-spelt-two-ways",
+        "tenant-worker-isolation",
+        lambda d: (
+            ssh_join(d, "gpu-host-1", "tenant-b", "GPU-1.lab.", endpoint_of(d, "tenant-b")),
+            ssh_join(d, "gpu-host-1-again", "tenant-a", "gpu-1.lab", endpoint_of(d, "tenant-a")),
+        ),
+        "worker ssh://gpu-1.lab:22 joins tenants 'tenant-a', 'tenant-b'",
+        findings=2,
+    ),
+    Case(
         "token-created-in-the-management-cluster",
         "tenant-worker-isolation",
         lambda d: record(d, SECRET, "tenant-a-worker-0-bootstrap-token").update(provider=provider_of(d, TCP, "tenant-a")),

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
-from gpu_tenancy import kubeadm
+from gpu_tenancy import addressing, kubeadm
 
 from . import kinds
 from .findings import Finding
@@ -31,7 +31,7 @@ def _machine(stack: StackView, command: ResourceView) -> tuple[str | None, list[
             port = command.get("connection", "port", default=22)
             # The engine hands numbers over as floats: 22.0 is port 22.
             number = as_int(port) if port is not UNKNOWN else 22
-            return f"ssh://{host}:{number if number is not None else port}", containers
+            return f"ssh://{addressing.host_identity(host)}:{number if number is not None else port}", containers
     return None, containers
 
 
