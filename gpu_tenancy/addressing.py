@@ -104,7 +104,8 @@ def ipv4_subnet(subnets: str) -> Network:
     raise ValueError(f"no IPv4 subnet in the kind network's IPAM config: {subnets.strip()!r}")
 
 
-# .200-.250 of a /24: how many tenants a derived pool holds.
+# .200-.250 of a /24: where a derived pool starts in it, and how many tenants it holds.
+DERIVED_POOL_START = 200
 DERIVED_POOL_SIZE = 51
 
 
@@ -135,7 +136,15 @@ def pool_for_subnet(subnet: Network) -> AddressPool:
     if subnet.prefixlen > 24:
         raise ValueError(f"the kind network {subnet} is smaller than a /24; pin gpu-tenancy:network.pool")
     last_24 = int(subnet.broadcast_address) & ~0xFF
-    return AddressPool(IPv4(last_24 + 200), IPv4(last_24 + 200 + DERIVED_POOL_SIZE - 1))
+    return AddressPool(IPv4(last_24 + DERIVED_POOL_START), IPv4(last_24 + DERIVED_POOL_START + DERIVED_POOL_SIZE - 1))
+
+
+def may_lie_in_a_derived_pool(address: IPv4) -> bool:
+    """Whether some kind network's derived pool could hold ``address``: its last octet is .200-.250.
+
+    Known before kind creates its network, so a VIP no derived pool can hold is refused up front.
+    """
+    return DERIVED_POOL_START <= int(address) & 0xFF < DERIVED_POOL_START + DERIVED_POOL_SIZE
 
 
 def _slot(name: str, size: int) -> int:

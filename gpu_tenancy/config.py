@@ -705,6 +705,14 @@ class StackConfig(_Model):
             seen.setdefault(tenant.vip, i)
             if pool is not None and tenant.vip not in pool:
                 problems.append((f"tenants[{i}].vip", f"{tenant.vip} lies outside the MetalLB pool {pool} (network.pool)"))
+            if pool is None and self.management.mode == "kind" and not addressing.may_lie_in_a_derived_pool(tenant.vip):
+                problems.append(
+                    (
+                        f"tenants[{i}].vip",
+                        f"{tenant.vip} cannot lie in the MetalLB pool derived from the kind network (.200-.250 of its "
+                        "last /24); pin network.pool around it, or leave vip unset",
+                    )
+                )
             if tenant.vip in hosts:
                 problems.append((f"tenants[{i}].vip", f"{tenant.vip} is the address of {hosts[tenant.vip]}'s host"))
         if pool is not None:

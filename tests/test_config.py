@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 import pytest
@@ -125,14 +126,29 @@ def test_vip_outside_a_pinned_pool() -> None:
     assert "outside the MetalLB pool 172.18.255.200-172.18.255.250" in problem_at(raw, "tenants[1].vip")
 
 
+@pytest.mark.parametrize("vip", ["172.18.0.5", "172.18.255.199", "172.18.255.251"])
+def test_a_vip_no_derived_pool_can_hold_is_refused_before_kind_runs(vip: str) -> None:
+    raw = dev_config()
+    raw["tenants"][1]["vip"] = vip
+    assert problem_at(raw, "tenants[1].vip") == (
+        f"{vip} cannot lie in the MetalLB pool derived from the kind network (.200-.250 of its last /24); "
+        "pin network.pool around it, or leave vip unset"
+    )
+    raw["network"] = {"pool": f"{vip}-{ipaddress.IPv4Address(vip) + 1}"}  # a pinned pool holds it, and tenant-a's
+    StackConfig.load(raw)
+    existing = existing_with_ssh("10.0.0.11")  # no MetalLB: the cluster's own load balancer hands out VIPs
+    existing["tenants"][0]["vip"] = vip
+    StackConfig.load(existing)
+
+
 def test_vip_outside_the_pool_derived_from_the_kind_network() -> None:
     raw = dev_config()
-    raw["tenants"][1]["vip"] = "172.18.0.5"
-    config = StackConfig.load(raw)  # the pool is not known before kind has run
+    raw["tenants"][1]["vip"] = "172.18.0.250"  # .200-.250 of some /24: the pool is not known before kind has run
+    config = StackConfig.load(raw)
     with pytest.raises(ConfigError) as caught:
         address_plan(config, KIND_SUBNETS)
     assert dict(caught.value.problems)["tenants[1].vip"].startswith(
-        "172.18.0.5 lies outside the MetalLB pool 172.18.255.200-172.18.255.250"
+        "172.18.0.250 lies outside the MetalLB pool 172.18.255.200-172.18.255.250"
     )
 
 
