@@ -741,19 +741,20 @@ class StackConfig(_Model):
     def _cidrs(self) -> Iterable[tuple[str, str]]:
         pool = self.network.address_pool
         vips = self.known_vips()
+        hosts = self._host_addresses()
         for i, tenant in enumerate(self.tenants):
             if tenant.pod_cidr.overlaps(tenant.service_cidr):
                 yield f"tenants[{i}].serviceCidr", f"{tenant.service_cidr} overlaps podCidr {tenant.pod_cidr}"
             for key, cidr in tenant.cidrs:
                 if pool is not None and pool.overlaps(cidr):
                     yield f"tenants[{i}].{key}", f"{cidr} overlaps the MetalLB pool {pool} on the node network"
-                # The tenant's nodes would route their own addresses into the pod or service network.
-                for j, worker in enumerate(tenant.workers):
-                    if worker.ssh is not None and worker.ssh.address is not None and worker.ssh.address in cidr:
-                        yield (
-                            f"tenants[{i}].{key}",
-                            f"{cidr} contains {worker.ssh.address}, the host of tenants[{i}].workers[{j}]",
-                        )
+                # The tenant's nodes would route their own addresses into the pod or service network,
+                # and another tenant's hosts (on the same machine network) out of reach.
+                yield from (
+                    (f"tenants[{i}].{key}", f"{cidr} contains {address}, the host of {worker}")
+                    for address, worker in hosts.items()
+                    if address in cidr
+                )
         yield from _cidrs_holding_vips(self.tenants, vips)
 
     def _quotas(self) -> Iterable[tuple[str, str]]:

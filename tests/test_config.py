@@ -652,6 +652,10 @@ def test_vips_pools_and_tenant_networks_keep_off_the_ssh_hosts() -> None:
     raw = existing_with_ssh("10.0.0.11")
     raw["tenants"][0]["serviceCidr"] = "10.0.0.0/24"
     assert problem_at(raw, "tenants[0].serviceCidr") == "10.0.0.0/24 contains 10.0.0.11, the host of tenants[0].workers[0]"
+    # Another tenant's host too, as the mandatory unique-tenant-endpoints policy holds.
+    raw = existing_with_ssh("10.0.0.11")
+    raw["tenants"].append({"name": "b", "podCidr": "10.0.0.0/16"})
+    assert problem_at(raw, "tenants[1].podCidr") == "10.0.0.0/16 contains 10.0.0.11, the host of tenants[0].workers[0]"
 
 
 @pytest.mark.parametrize(
