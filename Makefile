@@ -8,6 +8,7 @@ SHELL := /usr/bin/env bash
 ## UP_FLAGS=--yes     pulumi flags of up and destroy: neither prompts; make destroy UP_FLAGS= asks first
 ## TENANT=<name>      the tenant make kubeconfig prints the kubeconfig of
 ## INOTIFY_CHECK=fail  below the README's inotify limits make up stops; =warn only warns
+## VALIDATE_FLAGS=    extra tools.validate flags of make validate, e.g. --report validation-report.md
 PYTHON ?= python3
 STACK ?= dev
 VENV := .venv
@@ -52,15 +53,17 @@ tools: ## Fetch kind and the Pulumi CLI into .tools/bin unless those on PATH fit
 	@[ -n "$(KIND_VERSION)" ] && [ -n "$(PULUMI_VERSION)" ] || { echo "could not read the pinned versions from gpu_tenancy/versions.py with $(PYTHON) (Python 3.11+; e.g. make up PYTHON=python3.12)" >&2; exit 1; }
 	@scripts/fetch-tools.sh $(TOOLS) $(KIND_VERSION) $(PULUMI_VERSION)
 
-preflight: ## Check that the Docker daemon answers and the inotify limits suffice (README, Prerequisites).
-	@command -v docker >/dev/null || { echo "Docker is required: https://docs.docker.com/engine/install/" >&2; exit 1; }
-	@if ! error="$$(docker info 2>&1 >/dev/null)"; then \
+preflight: venv ## Check that the Docker daemon answers and the inotify limits suffice, if the stack uses Docker.
+	@# A stack on an existing management cluster with SSH workers only runs nothing on this host.
+	@uses=0; $(VENV)/bin/python -m tools.preflight --stack $(STACK) || uses=$$?; [ "$$uses" != 3 ] || exit 0; \
+	command -v docker >/dev/null || { echo "Docker is required: https://docs.docker.com/engine/install/" >&2; exit 1; }; \
+	if ! error="$$(docker info 2>&1 >/dev/null)"; then \
 	  echo "docker info failed: $$(printf '%s\n' "$$error" | sed -n '/./{p;q;}')" >&2; \
 	  echo "Start Docker (Docker Desktop, or sudo systemctl start docker), or on 'permission denied' add yourself to the docker group (sudo usermod -aG docker \$$USER, then log in again)." >&2; \
 	  exit 1; \
-	fi
-	@# Below them, workers fail much later with messages that do not name inotify: stop here.
-	@low=0; level=error; [ "$(INOTIFY_CHECK)" = warn ] && level=warning; \
+	fi; \
+	: "Below the inotify limits workers fail much later with messages that do not name inotify: stop here."; \
+	low=0; level=error; [ "$(INOTIFY_CHECK)" = warn ] && level=warning; \
 	for limit in max_user_instances=$(INOTIFY_MAX_USER_INSTANCES) max_user_watches=$(INOTIFY_MAX_USER_WATCHES); do \
 	  key="$${limit%=*}" want="$${limit#*=}"; \
 	  [ -r "$(INOTIFY_DIR)/$$key" ] || continue; \
@@ -69,7 +72,7 @@ preflight: ## Check that the Docker daemon answers and the inotify limits suffic
 	done; \
 	if [ "$$low" = 1 ] && [ "$$level" = error ]; then echo "Raise the limits, or go on anyway with make up INOTIFY_CHECK=warn." >&2; exit 1; fi
 
-up: preflight venv tools ## Deploy the stack with pulumi up (checks Docker first).
+up: venv preflight tools ## Deploy the stack with pulumi up (checks Docker first when the stack uses it).
 	$(PULUMI) up --stack $(STACK) $(UP_FLAGS)
 
 preview: venv tools ## Preview the stack, with the policy pack.

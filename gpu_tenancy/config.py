@@ -682,6 +682,11 @@ class StackConfig(_Model):
                 )
             hosts.setdefault(target, path.removesuffix(".ssh"))
 
+    @property
+    def uses_docker(self) -> bool:
+        """Whether the stack runs anything on a Docker engine: a kind cluster or docker workers."""
+        return self.management.mode == "kind" or any(w.ssh is None for t in self.tenants for w in t.workers)
+
     def _ssh_targets(self) -> Iterator[tuple[str, SshTarget]]:
         for i, tenant in enumerate(self.tenants):
             for j, worker in enumerate(tenant.workers):

@@ -20,6 +20,7 @@ import pytest
 
 from tests.conftest import PROJECT_DIR
 from tests.shell import assert_valid_machine_script, executable, shellcheck
+from tools import preflight
 
 BASH = shutil.which("bash") or "/bin/bash"
 FETCH = PROJECT_DIR / "scripts" / "fetch-tools.sh"
@@ -578,16 +579,66 @@ def fake_docker(tmp_path: Path, *, info_error: str = "") -> Path:
     return bin_dir
 
 
+EXISTING_SSH_ONLY = """config:
+  gpu-tenancy:management:
+    mode: existing
+    kubeconfig: {secure: v1:abc}
+  gpu-tenancy:tenants:
+  - name: a
+    workers:
+    - name: w0
+      ssh: {host: 10.0.0.11, user: u, privateKey: k}
+"""
+
+
+# A valid config: the docker worker says how it reaches the tenant endpoints.
+DOCKER_WORKER_ON_EXISTING = EXISTING_SSH_ONLY.replace("      ssh: {host: 10.0.0.11, user: u, privateKey: k}\n", "") + (
+    "  gpu-tenancy:network: {workerNetwork: lab}\n"
+)
+
+
 def readme_inotify_limits() -> dict[str, int]:
     readme = (PROJECT_DIR / "README.md").read_text()
     prerequisites = readme.split("## Prerequisites", 1)[1].split("\n## ", 1)[0]
     return {key: int(value) for key, value in re.findall(r"fs\.inotify\.(max_user_\w+)=(\d+)", prerequisites)}
 
 
-def test_make_up_checks_docker_before_building_anything() -> None:
+def test_make_up_checks_docker_before_fetching_tools_or_running_pulumi() -> None:
+    # After the virtualenv: it reads the stack's config to tell whether Docker is needed at all.
     makefile = (PROJECT_DIR / "Makefile").read_text()
     prerequisites = re.search(r"^up:([^#\n]*)", makefile, re.MULTILINE)
-    assert prerequisites and prerequisites[1].split()[0] == "preflight"
+    assert prerequisites and prerequisites[1].split() == ["venv", "preflight", "tools"]
+
+
+@pytest.mark.parametrize(
+    ("stack_yaml", "status"),
+    [
+        (None, 0),  # a new stack: kind, the default
+        ("config:\n  gpu-tenancy:tenants: [{name: a}]\n", 0),
+        (EXISTING_SSH_ONLY, preflight.NO_DOCKER),
+        (DOCKER_WORKER_ON_EXISTING, 0),
+        (EXISTING_SSH_ONLY.replace("mode: existing", "mode: kind"), 0),
+        ("config:\n  gpu-tenancy:tenants: [{name: A}]\n", 0),  # invalid: pulumi up says why
+    ],
+)
+def test_only_stacks_that_use_docker_get_the_docker_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stack_yaml: str | None, status: int
+) -> None:
+    if stack_yaml is not None:
+        (tmp_path / "Pulumi.x.yaml").write_text(stack_yaml)
+    monkeypatch.setattr(preflight, "PROJECT_DIR", tmp_path)
+    assert preflight.main(["--stack", "x"]) == status
+
+
+@needs_make
+def test_preflight_leaves_docker_alone_for_a_stack_that_runs_nothing_here(tmp_path: Path) -> None:
+    error = "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?"
+    docker = str(fake_docker(tmp_path, info_error=error))
+    result = run_make(tmp_path, "preflight", "STACK=example-multihost", path=docker)
+    assert result.returncode == 0, result.stderr
+    assert "Pulumi.example-multihost.yaml: an existing management cluster and SSH workers only" in result.stderr
+    assert "docker info failed" not in result.stderr
+    assert run_make(tmp_path, "preflight", "STACK=dev", path=docker).returncode != 0
 
 
 @needs_make

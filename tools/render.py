@@ -3,8 +3,9 @@
     python -m tools.render --stack dev
     python -m tools.render --config path/to/Pulumi.mystack.yaml [--show-secrets] [--preview]
 
-Prints ``{"stack", "resources": [{"urn", "type", "name", "parent", "provider", "dependencies",
-"inputs"}], "outputs"}``. Exit status 2 on a configuration error, with the message on stderr.
+Prints ``{"stack", "resources": [{"urn", "type", "name", "custom", "parent", "provider", "dependencies",
+"inputs"}], "outputs"}``, with ``options`` on resources that set any and ``read`` on reads. Exit
+status 2 on a configuration error, with the message on stderr.
 """
 
 from __future__ import annotations

@@ -142,7 +142,8 @@ POLICIES: Final[list[Policy]] = [
     ),
     _resource_policy(
         "pinned-versions-exceptions",
-        "Acknowledged moving versions (Kamaji's 0.0.0+latest chart) are reported, not blocked.",
+        "Acknowledged moving versions (Kamaji's 0.0.0+latest chart, the mock device plugin's latest tag) are reported, "
+        "not blocked.",
         lambda resource, _: pinning.check_exceptions(resource),
         level=EnforcementLevel.ADVISORY,
         severity=Severity.LOW,
