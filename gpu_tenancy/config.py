@@ -663,8 +663,10 @@ class StackConfig(_Model):
                 yield f"tenants[{i}].name", f"{tenant.name!r} is already used by tenants[{seen[tenant.name]}]"
             seen.setdefault(tenant.name, i)
         # Workers become docker containers and node names, so their names share one namespace
-        # with the kind node container.
-        owners: dict[str, str] = {f"{self.management.name}-control-plane": "the kind management node"}
+        # with the kind node container (when there is one).
+        owners: dict[str, str] = {}
+        if self.management.mode == "kind":
+            owners[f"{self.management.name}-control-plane"] = "the kind management node"
         for i, tenant in enumerate(self.tenants):
             for j, worker in enumerate(tenant.workers):
                 path = f"tenants[{i}].workers[{j}].name"

@@ -253,6 +253,9 @@ def test_worker_name_must_not_clash_with_the_kind_node() -> None:
     raw = dev_config()
     raw["tenants"][0]["workers"][0]["name"] = "kamaji-control-plane"
     assert "kind management node" in problem_at(raw, "tenants[0].workers[0].name")
+    existing = existing_with_ssh("10.0.0.11")  # no kind node to clash with
+    existing["tenants"][0]["workers"][0]["name"] = "kamaji-control-plane"
+    StackConfig.load(existing)
 
 
 def test_quota_above_the_tenants_gpu_memory() -> None:
