@@ -174,16 +174,28 @@ def _service_cidr(value: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
 _LEGACY_SERVICE_ALLOCATOR_BEFORE: Final = (1, 34)
 
 
-_THIS_NETWORK: Final = ipaddress.IPv4Network("0.0.0.0/8")  # RFC 1122: "this host on this network", never a destination
+# Ranges no load balancer announces and no cluster routes (RFC 6890). ipaddress's is_multicast and
+# friends hold for a network only when both its ends are inside, so 224.0.0.0/3 or 169.0.0.0/8 pass them.
+_UNROUTABLE: Final = {
+    ipaddress.IPv4Network("0.0.0.0/8"): "unspecified",  # RFC 1122: "this host on this network", never a destination
+    ipaddress.IPv4Network("127.0.0.0/8"): "loopback",
+    ipaddress.IPv4Network("169.254.0.0/16"): "link-local",
+    ipaddress.IPv4Network("224.0.0.0/4"): "multicast",
+    ipaddress.IPv4Network("240.0.0.0/4"): "reserved",  # the limited broadcast address included
+}
 
 
 def _routable(value: ipaddress.IPv4Network) -> None:
-    if value.is_loopback or value.is_link_local or value.is_multicast or value.is_reserved or value.overlaps(_THIS_NETWORK):
-        what = "address" if value.prefixlen == 32 else "range"
-        shown = value.network_address if value.prefixlen == 32 else value
-        raise ValueError(
-            f"{shown} is a loopback, link-local, multicast, unspecified or reserved {what}; use a private one (RFC 1918)"
-        )
+    for special, kind in _UNROUTABLE.items():
+        if not value.overlaps(special):
+            continue
+        if value.subnet_of(special):
+            what = "address" if value.prefixlen == 32 else "range"
+            shown = value.network_address if value.prefixlen == 32 else value
+            raise ValueError(
+                f"{shown} is a loopback, link-local, multicast, unspecified or reserved {what}; use a private one (RFC 1918)"
+            )
+        raise ValueError(f"{value} takes in the {kind} range {special}; use a private one (RFC 1918)")
 
 
 def _konnectivity(value: str) -> str:

@@ -441,6 +441,11 @@ def test_names_that_become_longer_upstream_names_are_bounded() -> None:
         ("podCidr", "10.244.0.0/25", "is smaller than a /24"),
         ("podCidr", "169.254.0.0/16", "link-local"),
         ("serviceCidr", "127.0.0.0/16", "loopback"),
+        # Ranges that only partly cover one (ipaddress's is_link_local and friends miss them).
+        ("podCidr", "169.0.0.0/8", "169.0.0.0/8 takes in the link-local range 169.254.0.0/16"),
+        ("podCidr", "224.0.0.0/3", "224.0.0.0/3 takes in the multicast range 224.0.0.0/4"),
+        ("serviceCidr", "0.0.0.0/4", "0.0.0.0/4 takes in the unspecified range 0.0.0.0/8"),
+        ("serviceCidr", "96.0.0.0/3", "96.0.0.0/3 takes in the loopback range 127.0.0.0/8"),
     ],
 )
 def test_cidr_sizes_and_ranges_kubernetes_accepts(key: str, cidr: str, expected: str) -> None:
@@ -606,7 +611,9 @@ def test_a_vip_must_be_an_address_a_load_balancer_can_announce(vip: str) -> None
     assert f"{vip} is a loopback, link-local, multicast, unspecified or reserved address" in problem_at(raw, "tenants[0].vip")
 
 
-@pytest.mark.parametrize("pool", ["127.0.0.10-127.0.0.50", "224.0.0.10-224.0.0.20", "0.0.0.0-0.0.0.10"])
+@pytest.mark.parametrize(
+    "pool", ["127.0.0.10-127.0.0.50", "224.0.0.10-224.0.0.20", "0.0.0.0-0.0.0.10", "239.255.255.250-240.0.0.10"]
+)
 def test_a_pool_must_hold_addresses_a_load_balancer_can_announce(pool: str) -> None:
     raw = dev_config()
     raw["network"] = {"pool": pool}
