@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pulumi
 from pulumi.runtime.config import CONFIG, get_config_env
 
-from gpu_tenancy.config import CONFIG_NAMESPACE, ConfigError, StackConfig, misspelt_namespaces
+from gpu_tenancy.config import CONFIG_NAMESPACE, ConfigError, StackConfig, config_value, misspelt_namespaces
 
 
 class StackConfigError(pulumi.RunError):
@@ -30,12 +29,7 @@ def read_stack_config() -> StackConfig:
     for key in sorted(keys):
         name = key[len(prefix) :]
         value = config.get(name)
-        try:
-            raw[name] = json.loads(value) if value is not None else None
-        except (ValueError, RecursionError):
-            # Not JSON (plain text), or JSON Python will not hold (an integer of thousands of
-            # digits, nesting deeper than it recurses): validation then names the key.
-            raw[name] = value
+        raw[name] = config_value(value) if value is not None else None
     try:
         return StackConfig.load(raw)
     except ConfigError as error:

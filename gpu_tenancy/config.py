@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 import socket
 from collections.abc import Callable, Iterable, Iterator
@@ -56,6 +57,19 @@ _MAX_DEDICATED_TENANT_NAME: Final = 44
 # kind names the node container `<cluster>-control-plane`, which becomes the node's hostname label
 # (at most 63 characters).
 _MAX_KIND_CLUSTER_NAME: Final = 49
+
+
+def config_value(text: str) -> Any:
+    """A config value as the program reads it: the CLI hands every value over as text, JSON for
+    objects, lists, numbers and booleans, so text that parses as JSON is read as JSON.
+
+    Text Python will not hold as JSON (an integer of thousands of digits, nesting deeper than it
+    recurses) stays text, and validation then names the key.
+    """
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return text
 
 
 def misspelt_namespaces(keys: Iterable[str]) -> list[tuple[str, str]]:

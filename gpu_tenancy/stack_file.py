@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from yaml.constructor import ConstructorError
 
-from .config import CONFIG_NAMESPACE, ConfigError, StackConfig, misspelt_namespaces
+from .config import CONFIG_NAMESPACE, ConfigError, StackConfig, config_value, misspelt_namespaces
 
 
 class _StackFileLoader(yaml.SafeLoader):
@@ -172,10 +172,16 @@ def is_file(path: Path) -> bool:
 
 
 def load_stack_config(path: Path) -> StackConfig:
-    """The validated ``gpu-tenancy`` config of a stack file (raises ``ConfigError``)."""
+    """The validated ``gpu-tenancy`` config of a stack file (raises ``ConfigError``), read as the program reads it."""
     values, _ = read_stack_file(path)
     prefix = f"{CONFIG_NAMESPACE}:"
-    return StackConfig.load({key[len(prefix) :]: value for key, value in values.items() if key.startswith(prefix)})
+    return StackConfig.load(
+        {
+            key[len(prefix) :]: config_value(value) if isinstance(value, str) else value
+            for key, value in values.items()
+            if key.startswith(prefix)
+        }
+    )
 
 
 def _not_json(value: Any, where: str) -> list[tuple[str, str]]:

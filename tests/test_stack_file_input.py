@@ -18,7 +18,7 @@ import pytest
 
 from gpu_tenancy.config import ConfigError
 from gpu_tenancy.placement import PlacementInputError, parse_quantity
-from gpu_tenancy.stack_file import read_stack_file
+from gpu_tenancy.stack_file import load_stack_config, read_stack_file
 from tools import gpuplan, harness, policycheck, render
 from tools.validation import outputs
 
@@ -304,3 +304,14 @@ def test_json_text_python_will_not_hold_is_a_config_error_in_the_program(key, va
 def test_quantities_take_ascii_digits_only():
     with pytest.raises(PlacementInputError):
         parse_quantity("\u0666")
+
+
+def test_tools_read_json_text_values_as_the_program_does(tmp_path: Path) -> None:
+    # The CLI hands the program every value as text and the program reads JSON text as JSON, so a
+    # stack file may hold an object as a JSON string; gpuplan, validate and make's preflight read it alike.
+    tenants = [{"name": "a", "workers": [{"name": "w", "gpus": [{"model": "L4", "count": 2}]}]}]
+    path = write(tmp_path, "Pulumi.j.yaml", f"config:\n  gpu-tenancy:tenants: '{json.dumps(tenants)}'\n")
+    config = load_stack_config(path)
+    assert [card.model.model for card in config.tenants[0].cards] == ["L4", "L4"]
+    rendered = harness.render_file(path)
+    assert rendered.find("docker:index/container:Container", "w")
