@@ -7,6 +7,7 @@ import shlex
 import pulumi
 import pulumi_command as command
 
+from gpu_tenancy import addressing
 from gpu_tenancy.config import SshTarget, kubernetes_minor
 from gpu_tenancy.versions import KUBERNETES_PACKAGE_REPOSITORY
 
@@ -154,8 +155,9 @@ class SshWorkerMachine(pulumi.ComponentResource):
         self._host = ssh.host
         if ssh.host_key is None:
             # pulumi-command then checks no host key at all, on any connection, not only the first.
+            target = addressing.join_host_port(ssh.host, ssh.port)
             pulumi.log.warn(
-                f"worker {name}: no ssh.hostKey, so any machine answering at {ssh.host}:{ssh.port} is trusted with the "
+                f"worker {name}: no ssh.hostKey, so any machine answering at {target} is trusted with the "
                 f"join token and root commands; pin it with a line of `ssh-keyscan -p {ssh.port} {ssh.host}`",
                 resource=self,
             )

@@ -68,6 +68,11 @@ def host_identity(host: str) -> str:
         return host.lower().removesuffix(".")
 
 
+def join_host_port(host: str, port: int | str) -> str:
+    """``host:port`` as Go's ``net.JoinHostPort`` writes it: ``[fd00::1]:22``, never the address ``fd00::1:22``."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def split_endpoint(endpoint: str) -> tuple[str, str]:
     """``host:port`` as Kamaji reports ``controlPlaneEndpoint`` (Go's ``net.JoinHostPort``: an
     IPv6 address comes in brackets) into the bare host and the port."""

@@ -706,14 +706,10 @@ class StackConfig(_Model):
             if target in hosts:
                 yield (
                     f"{path}.host",
-                    f"{ssh.host}:{ssh.port} is already the host of {hosts[target]}; a machine joins one tenant once",
+                    f"{addressing.join_host_port(ssh.host, ssh.port)} is already the host of {hosts[target]}; "
+                    "a machine joins one tenant once",
                 )
             hosts.setdefault(target, path.removesuffix(".ssh"))
-
-    @property
-    def uses_docker(self) -> bool:
-        """Whether the stack runs anything on a Docker engine: a kind cluster or docker workers."""
-        return self.management.mode == "kind" or any(w.ssh is None for t in self.tenants for w in t.workers)
 
     def _ssh_targets(self) -> Iterator[tuple[str, SshTarget]]:
         for i, tenant in enumerate(self.tenants):

@@ -615,10 +615,16 @@ def test_make_up_checks_docker_before_fetching_tools_or_running_pulumi() -> None
     [
         (None, 0),  # a new stack: kind, the default
         ("config:\n  gpu-tenancy:tenants: [{name: a}]\n", 0),
+        ("config:\n  gpu-tenancy:management: {name: lab}\n", 0),  # mode: kind, the default
         (EXISTING_SSH_ONLY, preflight.NO_DOCKER),
         (DOCKER_WORKER_ON_EXISTING, 0),
         (EXISTING_SSH_ONLY.replace("mode: existing", "mode: kind"), 0),
-        ("config:\n  gpu-tenancy:tenants: [{name: A}]\n", 0),  # invalid: pulumi up says why
+        ("config:\n  gpu-tenancy:tenants: [{name: A}]\n", 0),  # invalid, and kind: Docker first
+        # Invalid, and no Docker needed: pulumi up must get to say why.
+        (EXISTING_SSH_ONLY.replace("host: 10.0.0.11", "host: 10.0.0.011"), preflight.NO_DOCKER),
+        # JSON text, as the program reads it.
+        ('config:\n  gpu-tenancy:management: \'{"mode": "existing"}\'\n', preflight.NO_DOCKER),
+        ("config:\n  gpu-tenancy:management: {mode: existing}\n", preflight.NO_DOCKER),  # no workers yet
     ],
 )
 def test_only_stacks_that_use_docker_get_the_docker_checks(
@@ -638,7 +644,8 @@ def test_preflight_leaves_docker_alone_for_a_stack_that_runs_nothing_here(tmp_pa
     assert result.returncode == 0, result.stderr
     assert "Pulumi.example-multihost.yaml: an existing management cluster and SSH workers only" in result.stderr
     assert "docker info failed" not in result.stderr
-    assert run_make(tmp_path, "preflight", "STACK=dev", path=docker).returncode != 0
+    dev = run_make(tmp_path, "preflight", "STACK=dev", path=docker)
+    assert dev.returncode != 0 and f"docker info failed: {error}" in dev.stderr
 
 
 @needs_make

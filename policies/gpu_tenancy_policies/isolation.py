@@ -31,7 +31,8 @@ def _machine(stack: StackView, command: ResourceView) -> tuple[str | None, list[
             port = command.get("connection", "port", default=22)
             # The engine hands numbers over as floats: 22.0 is port 22.
             number = as_int(port) if port is not UNKNOWN else 22
-            return f"ssh://{addressing.host_identity(host)}:{number if number is not None else port}", containers
+            where = addressing.join_host_port(addressing.host_identity(host), number if number is not None else port)
+            return f"ssh://{where}", containers
     return None, containers
 
 
