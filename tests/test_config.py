@@ -464,6 +464,23 @@ def test_a_service_range_beyond_a_12_needs_kubernetes_1_34() -> None:
     assert StackConfig.load(raw)
     raw["tenants"][0]["kubernetesVersion"] = "v1.33.7"
     assert "larger than a /12, the most kube-apiserver v1.33.7 takes" in problem_at(raw, "tenants[0]")
+    raw["tenants"][0]["serviceCidr"] = "10.96.0.0/11"  # one bit more than the legacy allocator holds
+    assert "larger than a /12" in problem_at(raw, "tenants[0]")
+    raw["tenants"][0]["serviceCidr"] = "10.96.0.0/12"  # exactly its 20 bits
+    assert StackConfig.load(raw)
+
+
+@pytest.mark.parametrize(
+    ("subnets", "pool"),
+    [
+        # Dual-stack hosts may list the IPv6 subnet first: the "invalid CIDR" of Kamaji's kind guide.
+        ("fc00:f853:ccd:e793::/64 172.18.0.0/16", "172.18.255.200-172.18.255.250"),
+        # Docker's default-address-pools with size 24 give kind exactly a /24; its top still holds the pool.
+        ("192.168.49.0/24", "192.168.49.200-192.168.49.250"),
+    ],
+)
+def test_the_pool_is_derived_from_the_kind_networks_ipv4_subnet(subnets: str, pool: str) -> None:
+    assert str(address_plan(StackConfig.load(dev_config()), subnets).pool) == pool
 
 
 def test_a_worker_holds_at_most_16_cards_however_they_are_listed() -> None:

@@ -23,6 +23,9 @@ def test_kind_cluster_is_created_from_config_on_stdin_and_deleted_on_destroy(dev
     assert len(kind["environment"]["KIND_OWNER"]) == 36
     options = dev.one(COMMAND, "gpu-tenancy-management-kind-cluster")["options"]
     assert options["replaceOnChanges"] == ["stdin", "environment.KIND_CLUSTER", "triggers[*]"]
+    # Created first, the replacement would adopt the old cluster (same owner) and the old one's
+    # delete would then remove it from under the new state.
+    assert options["deleteBeforeReplace"] is True
     # Its stdout is the cluster-admin kubeconfig: encrypted in the stack's state, not only masked.
     assert options["additionalSecretOutputs"] == ["stdout"]
     # --wait: the node is Ready before the charts' pods need scheduling.

@@ -584,6 +584,12 @@ CASES = [
         "spec.addons.konnectivity.server.port 8132, outside the NodePort range",
     ),
     Case(
+        "node-port-above-the-range",
+        "control-plane-exposure",
+        lambda d: node_port(d, "tenant-a", 40000, 31132),
+        "NodePort with spec.networkProfile.port 40000, outside the NodePort range 30000-32767",
+    ),
+    Case(
         "node-port-without-address",
         "control-plane-exposure",
         lambda d: (node_port(d, "tenant-b", 31443, 31132), spec(d, "tenant-b")["networkProfile"].pop("address")),
@@ -705,6 +711,13 @@ CASES = [
         "privileged-containers-are-nodes",
         lambda d: record(d, CONTAINER, "tenant-b-worker-0")["inputs"].update(image="docker.io/library/busybox:1.36"),
         "runs docker.io/library/busybox:1.36",
+    ),
+    Case(
+        # Docker Hub's own spelling of the node image is the node image.
+        "privileged-node-image-with-docker-hub-prefix",
+        "privileged-containers-are-nodes",
+        lambda d: record(d, IMAGE, "tenant-a-worker-0-image")["inputs"].update(name="docker.io/kindest/node:v1.36.4"),
+        None,
     ),
     Case(
         "unprivileged-busybox",
