@@ -71,6 +71,9 @@ if [ -z "${PULUMI_CONFIG_PASSPHRASE+set}" ] && [ -z "${PULUMI_CONFIG_PASSPHRASE_
     if [ -s "$passphrase_file" ]; then
       own_passphrase=true
     elif [ "$existing" = false ]; then
+      # An empty file (an interrupted first run, a `touch`) is no passphrase: replace it, and its mode
+      # with it (a redirect into an existing file keeps that file's mode).
+      rm -f "$passphrase_file"
       (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$passphrase_file")
       own_passphrase=true
       fresh_passphrase=true

@@ -292,6 +292,19 @@ def test_a_new_user_gets_a_local_backend_and_a_generated_passphrase(tmp_path: Pa
     assert passphrase.read_text() == before
 
 
+def test_an_empty_passphrase_file_is_replaced_not_used(tmp_path: Path) -> None:
+    # An empty passphrase would leave the stack's secrets as good as unencrypted.
+    bin_dir = fake_pulumi(tmp_path, logged_in=False, stacks=[])
+    passphrase = tmp_path / "project" / ".pulumi-passphrase"
+    passphrase.parent.mkdir()
+    passphrase.write_text("")
+    passphrase.chmod(0o644)
+    result = run_env(tmp_path, bin_dir, "dev", "pulumi", "up", "--stack", "dev")
+    assert result.returncode == 0, result.stderr
+    assert len(passphrase.read_text()) == 64
+    assert stat.S_IMODE(passphrase.stat().st_mode) == 0o600
+
+
 def test_a_logged_in_user_keeps_their_backend_and_secrets(tmp_path: Path) -> None:
     bin_dir = fake_pulumi(tmp_path, logged_in=True, stacks=["dev"])
     result = run_env(tmp_path, bin_dir, "dev", "pulumi", "up")
