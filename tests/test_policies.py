@@ -612,6 +612,16 @@ CASES = [
     # pinned-versions
     Case("dev", "pinned-versions", same, None),
     Case(
+        # A local packaged chart is the version its file holds: no `version` input to pin.
+        "packaged-chart-without-version",
+        "pinned-versions",
+        lambda d: (
+            record(d, RELEASE, "tenant-a-calico")["inputs"].update(chart="./charts/tigera-operator-v3.32.2.tgz"),
+            record(d, RELEASE, "tenant-a-calico")["inputs"].pop("version"),
+        ),
+        None,
+    ),
+    Case(
         "release-without-version",
         "pinned-versions",
         lambda d: record(d, RELEASE, "tenant-a-hami")["inputs"].pop("version"),
@@ -750,6 +760,16 @@ CASES = [
         "hami-on-the-management-cluster",
         "hami-on-tenants-only",
         lambda d: record(d, RELEASE, "tenant-a-hami").update(provider=provider_of(d, TCP, "tenant-a")),
+        "installed through the management cluster's provider gpu-tenancy-management",
+    ),
+    Case(
+        # A packaged chart is known by its name, a pre-release version in the file name included.
+        "packaged-hami-on-the-management-cluster",
+        "hami-on-tenants-only",
+        lambda d: (
+            record(d, RELEASE, "tenant-a-hami").update(provider=provider_of(d, TCP, "tenant-a")),
+            record(d, RELEASE, "tenant-a-hami")["inputs"].update(chart="./hami-2.10.0-rc.1.tgz"),
+        ),
         "installed through the management cluster's provider gpu-tenancy-management",
     ),
     Case(
@@ -1220,6 +1240,23 @@ def test_the_rules_read_the_programs_own_labels_and_environment(base: dict) -> N
     assert kinds.chart_name(record(base, RELEASE, "tenant-a-hami")["inputs"]["chart"]) == kinds.HAMI_CHART
     for provider in (item for item in base["resources"] if item["type"] == K8S_PROVIDER):
         assert provider["name"] != "default"  # the rules treat `default*` providers as the ambient kubeconfig
+
+
+@pytest.mark.parametrize(
+    ("chart", "name"),
+    [
+        ("hami", "hami"),
+        ("project-hami/hami", "hami"),
+        ("oci://ghcr.io/charts/hami/", "hami"),
+        ("./charts/hami-2.10.0.tgz", "hami"),
+        ("hami-2.10.0-rc.1.tgz", "hami"),  # the version starts at the last '-' before a digit
+        ("kamaji-etcd-0.11.0.tgz", "kamaji-etcd"),
+        ("hami.tgz", "hami"),
+        ("", None),
+    ],
+)
+def test_chart_names_as_the_rules_read_them(chart: str, name: str | None) -> None:
+    assert kinds.chart_name(chart) == name
 
 
 def test_a_helm_v4_chart_is_not_refused_for_inputs_the_engine_never_shows(base: dict) -> None:
