@@ -317,6 +317,13 @@ CASES = [
     # tenant-worker-isolation
     Case("dev", "tenant-worker-isolation", same, None),
     Case(
+        # The endpoint written as a URL is the same endpoint.
+        "join-endpoint-as-a-url",
+        "tenant-worker-isolation",
+        lambda d: env(d, "tenant-a-worker-0-join").update(JOIN_ENDPOINT=f"https://{endpoint_of(d, 'tenant-a')}/"),
+        None,
+    ),
+    Case(
         "join-at-another-tenants-endpoint",
         "tenant-worker-isolation",
         lambda d: env(d, "tenant-a-worker-0-join").update(JOIN_ENDPOINT=endpoint_of(d, "tenant-b")),
