@@ -243,6 +243,16 @@ def node_port(document: dict, tenant: str, port: int, konnectivity: int) -> None
     tenant_spec["addons"]["konnectivity"]["server"]["port"] = konnectivity
 
 
+def pool_elsewhere(document: dict, addresses: str, provider: str) -> None:
+    """A second MetalLB pool, on the cluster ``provider`` reaches."""
+    pool = copy.deepcopy(record(document, POOL, "gpu-tenancy-management-address-pool"))
+    pool["urn"] = pool["urn"].replace("gpu-tenancy-management-address-pool", "other-pool")
+    pool["name"] = "other-pool"
+    pool["provider"] = provider
+    pool["inputs"]["spec"]["addresses"] = [addresses]
+    document["resources"].append(pool)
+
+
 def as_base64_data(document: dict, worker: str) -> None:
     """The Secret as its outputs look: `data`, base64, instead of `stringData`."""
     inputs = record(document, SECRET, f"{worker}-bootstrap-token")["inputs"]
@@ -552,6 +562,19 @@ CASES = [
             spec(d, "tenant-a")["controlPlane"]["service"]["additionalMetadata"]["annotations"].update(
                 {"metallb.io/loadBalancerIPs": "172.18.0.50"}
             ),
+        ),
+        "address 172.18.0.50 lies outside the MetalLB pool 172.18.255.200-172.18.255.250",
+    ),
+    Case(
+        # A pool on another cluster announces nothing for this one: MetalLB answers per cluster.
+        "address-in-another-clusters-pool",
+        "control-plane-exposure",
+        lambda d: (
+            spec(d, "tenant-a")["networkProfile"].update(address="172.18.0.50"),
+            spec(d, "tenant-a")["controlPlane"]["service"]["additionalMetadata"]["annotations"].update(
+                {"metallb.io/loadBalancerIPs": "172.18.0.50"}
+            ),
+            pool_elsewhere(d, "172.18.0.50/32", provider_of(d, RELEASE, "tenant-b-hami")),  # tenant-b's own cluster
         ),
         "address 172.18.0.50 lies outside the MetalLB pool 172.18.255.200-172.18.255.250",
     ),
