@@ -253,6 +253,14 @@ def pool_elsewhere(document: dict, addresses: str, provider: str) -> None:
     document["resources"].append(pool)
 
 
+def one_host_in_both_tenants(as_b: str, as_a: str) -> Callable[[dict], Any]:
+    """SSH workers of tenant-b and tenant-a on one host, which each names its own way."""
+    return lambda d: (
+        ssh_join(d, "gpu-host-1", "tenant-b", as_b, endpoint_of(d, "tenant-b")),
+        ssh_join(d, "gpu-host-1-again", "tenant-a", as_a, endpoint_of(d, "tenant-a")),
+    )
+
+
 def as_base64_data(document: dict, worker: str) -> None:
     """The Secret as its outputs look: `data`, base64, instead of `stringData`."""
     inputs = record(document, SECRET, f"{worker}-bootstrap-token")["inputs"]
@@ -397,10 +405,7 @@ CASES = [
         # policycheck hands the port over as the analyzer does, 22.0: the message still names port 22.
         "ssh-host-in-two-tenants",
         "tenant-worker-isolation",
-        lambda d: (
-            ssh_join(d, "gpu-host-1", "tenant-b", "10.0.0.11", endpoint_of(d, "tenant-b")),
-            ssh_join(d, "gpu-host-1-again", "tenant-a", "10.0.0.11", endpoint_of(d, "tenant-a")),
-        ),
+        one_host_in_both_tenants("10.0.0.11", "10.0.0.11"),
         "worker ssh://10.0.0.11:22 joins tenants 'tenant-a', 'tenant-b'",
         findings=2,
     ),
@@ -408,10 +413,7 @@ CASES = [
         # One machine, two spellings: names compare case-blind without the root dot, addresses by value.
         "ssh-host-in-two-tenants-spelt-two-ways",
         "tenant-worker-isolation",
-        lambda d: (
-            ssh_join(d, "gpu-host-1", "tenant-b", "GPU-1.lab.", endpoint_of(d, "tenant-b")),
-            ssh_join(d, "gpu-host-1-again", "tenant-a", "gpu-1.lab", endpoint_of(d, "tenant-a")),
-        ),
+        one_host_in_both_tenants("GPU-1.lab.", "gpu-1.lab"),
         "worker ssh://gpu-1.lab:22 joins tenants 'tenant-a', 'tenant-b'",
         findings=2,
     ),
