@@ -163,6 +163,15 @@ def _read_config(config: dict[Any, Any]) -> tuple[dict[str, Any], list[str]]:
     return values, secret_keys
 
 
+# The project's own stack files sit beside Pulumi.yaml, one directory up.
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+
+def stack_file(stack: str) -> Path:
+    """The project's ``Pulumi.<stack>.yaml``."""
+    return PROJECT_DIR / f"Pulumi.{stack}.yaml"
+
+
 def is_file(path: Path) -> bool:
     """``path.is_file()``, false too for a name the system refuses (too long, say) instead of raising."""
     try:

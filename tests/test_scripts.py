@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_tenancy import stack_file as stack_file_module
 from tests.conftest import PROJECT_DIR
 from tests.shell import assert_valid_machine_script, executable, shellcheck
 from tools import preflight
@@ -645,7 +646,7 @@ def test_only_stacks_that_use_docker_get_the_docker_checks(
 ) -> None:
     if stack_yaml is not None:
         (tmp_path / "Pulumi.x.yaml").write_text(stack_yaml)
-    monkeypatch.setattr(preflight, "PROJECT_DIR", tmp_path)
+    monkeypatch.setattr(stack_file_module, "PROJECT_DIR", tmp_path)
     assert preflight.main(["--stack", "x"]) == status
 
 

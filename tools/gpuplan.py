@@ -78,7 +78,7 @@ from gpu_tenancy.placement import (
     PodResult,
     SchedulerConfig,
 )
-from gpu_tenancy.stack_file import is_file, load_stack_config
+from gpu_tenancy.stack_file import is_file, load_stack_config, stack_file
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 TENANT_KEY = "gpu-tenancy.io/tenant"
@@ -400,7 +400,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
         if args.json:
             run_json(stdin, stdout)
         else:
-            path = args.config if args.config is not None else PROJECT_DIR / f"Pulumi.{args.stack or 'dev'}.yaml"
+            path = args.config if args.config is not None else stack_file(args.stack or "dev")
             run_stack(path, args.pods, args.tenant, not args.ignore_quota, stdout)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -40,7 +40,7 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 from gpu_tenancy.config import CONFIG_NAMESPACE, ConfigError
-from gpu_tenancy.stack_file import read_stack_file
+from gpu_tenancy.stack_file import read_stack_file, stack_file
 
 from . import mock_cloud
 
@@ -391,10 +391,6 @@ def load_stack_file(path: Path) -> tuple[dict[str, str], list[str]]:
     except ConfigError as error:  # not YAML, not a stack file, or our namespace misspelt
         raise RenderError(str(error)) from None
     return {key: value if isinstance(value, str) else json.dumps(value) for key, value in values.items()}, secret_keys
-
-
-def stack_file(stack: str) -> Path:
-    return PROJECT_DIR / f"Pulumi.{stack}.yaml"
 
 
 def render(

@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from gpu_tenancy.config import CONFIG_NAMESPACE, ConfigError, config_value
-from gpu_tenancy.stack_file import is_file, read_stack_file
+from gpu_tenancy.stack_file import is_file, read_stack_file, stack_file
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
 NO_DOCKER = 3
 
 
@@ -46,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.preflight", description=__doc__.split("\n\n")[0])
     parser.add_argument("--stack", default="dev", help="the stack whose Pulumi.<stack>.yaml is read (default: dev)")
     args = parser.parse_args(argv)
-    path = PROJECT_DIR / f"Pulumi.{args.stack}.yaml"
+    path = stack_file(args.stack)
     if not is_file(path):
         return 0
     try:

@@ -30,6 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
+from gpu_tenancy.stack_file import stack_file
 from tools.validation import interrupts
 from tools.validation.checks import CATALOGUE, CHECK_IDS
 from tools.validation.context import RUN_LABEL, Clock, Settings, SystemClock, new_run_id
@@ -127,7 +128,7 @@ def _validate(
 ) -> int:
     try:
         outputs = load_outputs(args, runner, which)
-        declared = load_declared(args.config or PROJECT_DIR / f"Pulumi.{args.stack}.yaml")
+        declared = load_declared(args.config or stack_file(args.stack))
         run = open_run(
             args.stack,
             outputs,
