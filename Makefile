@@ -49,9 +49,13 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt policies/requirements.
 
 venv: $(VENV)/.installed ## Create the virtualenv with every requirement.
 
-tools: ## Fetch kind and the Pulumi CLI into .tools/bin unless those on PATH fit the pins.
+tools: ## Fetch kind (if the stack uses it) and the Pulumi CLI into .tools/bin unless those on PATH fit the pins.
 	@[ -n "$(KIND_VERSION)" ] && [ -n "$(PULUMI_VERSION)" ] || { echo "could not read the pinned versions from gpu_tenancy/versions.py with $(PYTHON) (Python 3.11+; e.g. make up PYTHON=python3.12)" >&2; exit 1; }
-	@scripts/fetch-tools.sh $(TOOLS) $(KIND_VERSION) $(PULUMI_VERSION)
+	@# Without the virtualenv the stack cannot be read: fetch both.
+	@kind=$(KIND_VERSION); uses=0; \
+	[ ! -x $(VENV)/bin/python ] || $(VENV)/bin/python -m tools.preflight --stack $(STACK) --needs kind || uses=$$?; \
+	[ "$$uses" != 3 ] || kind=; \
+	scripts/fetch-tools.sh $(TOOLS) "$$kind" $(PULUMI_VERSION)
 
 preflight: venv ## Check that the Docker daemon answers and the inotify limits suffice, if the stack uses Docker.
 	@# A stack on an existing management cluster with SSH workers only runs nothing on this host.

@@ -3,11 +3,12 @@
 # the pinned releases fetched into .tools/bin (first on the Makefile's PATH), verified against the
 # checksums each release publishes. kind must be the pinned release: kindest/node images are built
 # per kind release and are not guaranteed to work with another. The Pulumi CLI may be newer.
+# An empty kind version leaves kind out (a stack on an existing management cluster never runs it).
 # Downloads go to a temporary directory; only verified tools are moved into .tools.
 set -euo pipefail
 
 tools_dir="${1:?tools dir}"
-kind_version="${2:?kind version}"
+kind_version="${2?kind version, or empty for none}"
 pulumi_version="${3:?pulumi version}"
 bin="$tools_dir/bin"
 mkdir -p "$bin"
@@ -95,7 +96,7 @@ fits() {
 tmp="$(mktemp -d "$tools_dir/.download.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 
-if ! fits kind; then
+if [ -n "$kind_version" ] && ! fits kind; then
   asset="kind-$os-$arch"
   url="https://github.com/kubernetes-sigs/kind/releases/download/$kind_version/$asset"
   instead="kind $kind_version (exactly that release)"

@@ -74,10 +74,12 @@ cp "{served}/$(basename "$url")" "$out"
     return str(bin_dir)
 
 
-def run_fetch(tmp_path: Path, served: Path, host_bin: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run_fetch(
+    tmp_path: Path, served: Path, host_bin: Path | None = None, kind: str = "v0.33.0"
+) -> subprocess.CompletedProcess[str]:
     path = fake_path(tmp_path, served) + (f":{host_bin}" if host_bin else "")
     return subprocess.run(
-        [BASH, str(FETCH), str(tmp_path / "tools"), "v0.33.0", "v3.272.0"],
+        [BASH, str(FETCH), str(tmp_path / "tools"), kind, "v3.272.0"],
         env={"PATH": path, "HOME": str(tmp_path)},
         capture_output=True,
         text=True,
@@ -128,6 +130,16 @@ def test_fetch_tools_verifies_and_installs_kind_and_pulumi(tmp_path: Path, relea
     (release_server / "requests").unlink()
     assert run_fetch(tmp_path, release_server).returncode == 0
     assert not (release_server / "requests").exists()
+
+
+def test_fetch_tools_leaves_kind_out_given_no_kind_version(tmp_path: Path, release_server: Path) -> None:
+    # A stack on an existing management cluster never runs kind, and its host may reach no GitHub.
+    publish(release_server, host_arch())
+    result = run_fetch(tmp_path, release_server, kind="")
+    assert result.returncode == 0, result.stderr
+    assert [name for name in fetched(release_server) if not name.startswith("pulumi-")] == []
+    bin_dir = tmp_path / "tools" / "bin"
+    assert not (bin_dir / "kind").exists() and (bin_dir / "pulumi").exists()
 
 
 def host_tools(tmp_path: Path, kind: str, pulumi: str) -> Path:
@@ -630,15 +642,15 @@ def test_make_up_checks_docker_before_fetching_tools_or_running_pulumi() -> None
         (None, 0),  # a new stack: kind, the default
         ("config:\n  gpu-tenancy:tenants: [{name: a}]\n", 0),
         ("config:\n  gpu-tenancy:management: {name: lab}\n", 0),  # mode: kind, the default
-        (EXISTING_SSH_ONLY, preflight.NO_DOCKER),
+        (EXISTING_SSH_ONLY, preflight.DOES_NOT_NEED),
         (DOCKER_WORKER_ON_EXISTING, 0),
         (EXISTING_SSH_ONLY.replace("mode: existing", "mode: kind"), 0),
         ("config:\n  gpu-tenancy:tenants: [{name: A}]\n", 0),  # invalid, and kind: Docker first
         # Invalid, and no Docker needed: pulumi up must get to say why.
-        (EXISTING_SSH_ONLY.replace("host: 10.0.0.11", "host: 10.0.0.011"), preflight.NO_DOCKER),
+        (EXISTING_SSH_ONLY.replace("host: 10.0.0.11", "host: 10.0.0.011"), preflight.DOES_NOT_NEED),
         # JSON text, as the program reads it.
-        ('config:\n  gpu-tenancy:management: \'{"mode": "existing"}\'\n', preflight.NO_DOCKER),
-        ("config:\n  gpu-tenancy:management: {mode: existing}\n", preflight.NO_DOCKER),  # no workers yet
+        ('config:\n  gpu-tenancy:management: \'{"mode": "existing"}\'\n', preflight.DOES_NOT_NEED),
+        ("config:\n  gpu-tenancy:management: {mode: existing}\n", preflight.DOES_NOT_NEED),  # no workers yet
     ],
 )
 def test_only_stacks_that_use_docker_get_the_docker_checks(
@@ -648,6 +660,40 @@ def test_only_stacks_that_use_docker_get_the_docker_checks(
         (tmp_path / "Pulumi.x.yaml").write_text(stack_yaml)
     monkeypatch.setattr(stack_file_module, "PROJECT_DIR", tmp_path)
     assert preflight.main(["--stack", "x"]) == status
+
+
+@pytest.mark.parametrize(
+    ("stack_yaml", "status"),
+    [
+        (None, 0),
+        ("config:\n  gpu-tenancy:management: {name: lab}\n", 0),  # mode: kind, the default
+        ("config:\n  gpu-tenancy:management: existing\n", 0),  # unreadable: fetch it
+        (EXISTING_SSH_ONLY, preflight.DOES_NOT_NEED),
+        (DOCKER_WORKER_ON_EXISTING, preflight.DOES_NOT_NEED),  # docker, but no kind
+        ('config:\n  gpu-tenancy:management: \'{"mode": "existing"}\'\n', preflight.DOES_NOT_NEED),
+    ],
+)
+def test_only_stacks_with_a_kind_cluster_need_kind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stack_yaml: str | None, status: int
+) -> None:
+    if stack_yaml is not None:
+        (tmp_path / "Pulumi.x.yaml").write_text(stack_yaml)
+    monkeypatch.setattr(stack_file_module, "PROJECT_DIR", tmp_path)
+    assert preflight.main(["--stack", "x", "--needs", "kind"]) == status
+
+
+@needs_make
+@pytest.mark.parametrize(("stack", "fetches_kind"), [("example-multihost", False), ("dev", True)])
+def test_make_tools_fetches_kind_only_for_a_stack_that_runs_it(
+    tmp_path: Path, release_server: Path, stack: str, fetches_kind: bool
+) -> None:
+    publish(release_server, host_arch())
+    tools = tmp_path / "tools"
+    result = run_make(tmp_path, "tools", f"STACK={stack}", f"TOOLS={tools}", path=fake_path(tmp_path, release_server))
+    assert result.returncode == 0, result.stderr
+    assert (tools / "bin" / "kind").exists() == fetches_kind
+    assert (tools / "bin" / "pulumi").exists()
+    assert ("kind is not fetched" in result.stderr) != fetches_kind
 
 
 @needs_make

@@ -1,37 +1,44 @@
-"""Whether ``make up``'s host checks apply to a stack: does it run anything on this host's Docker engine?
+"""Whether a stack needs this host's Docker engine, or kind: what ``make up`` checks and fetches.
 
-    python -m tools.preflight --stack dev
+    python -m tools.preflight --stack dev [--needs docker|kind]
 
-Exit status 0 when the stack does (a kind management cluster, docker workers) or when its stack
-file cannot be read; 3 when it does not (an existing management cluster with SSH workers only),
-with a note on stderr. ``make preflight`` checks the Docker daemon and the inotify limits only in
-the first case. The stack's values are read as they are, not validated: a stack that needs no
-Docker must reach ``pulumi up`` to hear what is wrong with its config, not be told to start Docker.
+Exit status 0 when the stack does, or when its stack file cannot be read; 3 when it does not, with
+a note on stderr. Docker: a kind management cluster or a docker worker; ``make preflight`` checks
+the Docker daemon and the inotify limits only then. kind: a kind management cluster; ``make tools``
+fetches kind only then (a data-centre host may reach no GitHub release downloads). The stack's
+values are read as they are, not validated: a stack that needs neither must reach ``pulumi up`` to
+hear what is wrong with its config, not be told to start Docker.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from gpu_tenancy.config import CONFIG_NAMESPACE, ConfigError, config_value
 from gpu_tenancy.stack_file import is_file, read_stack_file, stack_file
 
-NO_DOCKER = 3
+DOES_NOT_NEED = 3
+
+
+def _value(values: dict[str, Any], key: str) -> Any:
+    raw = values.get(f"{CONFIG_NAMESPACE}:{key}")
+    return config_value(raw) if isinstance(raw, str) else raw
+
+
+def uses_kind(values: dict[str, Any]) -> bool:
+    """A kind management cluster (the default mode), in a stack file's raw values."""
+    management = _value(values, "management")
+    return not isinstance(management, dict) or management.get("mode", "kind") != "existing"
 
 
 def uses_docker(values: dict[str, Any]) -> bool:
-    """A kind cluster (the default mode) or a worker without ``ssh``, in a stack file's raw values."""
-
-    def value(key: str) -> Any:
-        raw = values.get(f"{CONFIG_NAMESPACE}:{key}")
-        return config_value(raw) if isinstance(raw, str) else raw
-
-    management = value("management")
-    if not isinstance(management, dict) or management.get("mode", "kind") != "existing":
+    """A kind cluster or a worker without ``ssh``, in a stack file's raw values."""
+    if uses_kind(values):
         return True
-    tenants = value("tenants")
+    tenants = _value(values, "tenants")
     return any(
         isinstance(worker, dict) and worker.get("ssh") is None
         for tenant in (tenants if isinstance(tenants, list) else [])
@@ -40,9 +47,19 @@ def uses_docker(values: dict[str, Any]) -> bool:
     )
 
 
+NOTES: dict[str, tuple[Callable[[dict[str, Any]], bool], str]] = {
+    "docker": (
+        uses_docker,
+        "an existing management cluster and SSH workers only, nothing runs on this host's Docker: no Docker or inotify checks",
+    ),
+    "kind": (uses_kind, "an existing management cluster, no kind cluster: kind is not fetched"),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.preflight", description=__doc__.split("\n\n")[0])
     parser.add_argument("--stack", default="dev", help="the stack whose Pulumi.<stack>.yaml is read (default: dev)")
+    parser.add_argument("--needs", choices=sorted(NOTES), default="docker", help="what to ask about (default: docker)")
     args = parser.parse_args(argv)
     path = stack_file(args.stack)
     if not is_file(path):
@@ -51,14 +68,11 @@ def main(argv: list[str] | None = None) -> int:
         values, _ = read_stack_file(path)
     except ConfigError:
         return 0
-    if uses_docker(values):
+    uses, note = NOTES[args.needs]
+    if uses(values):
         return 0
-    print(
-        f"{path.name}: an existing management cluster and SSH workers only, nothing runs on this host's Docker: "
-        "no Docker or inotify checks",
-        file=sys.stderr,
-    )
-    return NO_DOCKER
+    print(f"{path.name}: {note}", file=sys.stderr)
+    return DOES_NOT_NEED
 
 
 if __name__ == "__main__":
