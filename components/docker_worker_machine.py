@@ -16,7 +16,7 @@ import pulumi_docker as docker
 from gpu_tenancy import kubeadm
 from gpu_tenancy.conventions import ROLE_LABEL, TENANT_LABEL, WORKER_ROLE
 from gpu_tenancy.docker_host import NodeMounts
-from gpu_tenancy.versions import NODE_IMAGE_REPOSITORY
+from gpu_tenancy.versions import node_image
 
 from .docker_host import DockerHost
 from .worker_machine import secret_prelude
@@ -61,7 +61,7 @@ class DockerWorkerMachine(pulumi.ComponentResource):
         self.hostname = name
         image = docker.RemoteImage(
             f"{name}-image",
-            name=f"{NODE_IMAGE_REPOSITORY}:{kubernetes_version}",
+            name=node_image(kubernetes_version),
             # Other workers and kind itself may use the same image.
             keep_locally=True,
             opts=pulumi.ResourceOptions(parent=self),

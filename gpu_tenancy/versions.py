@@ -45,10 +45,21 @@ MIN_KUBERNETES_MINOR: Final = (1, 30)
 
 # kindest/node images are built per kind release; v1.36.4 is the release image of kind v0.33.0.
 # kind re-tags images between releases and asks for them by digest: the management cluster's
-# default is that release's build. (Worker containers pull kindest/node:<tenant version> by tag.)
+# default is that release's build, and so are the worker containers of tenants at that version.
 NODE_IMAGE_REPOSITORY: Final = "kindest/node"
 DEFAULT_NODE_IMAGE_DIGEST: Final = "sha256:099e049362a1526b2db71494e1947aae99bd16290d7c895f2b7ea312e3cbfaed"
 DEFAULT_NODE_IMAGE: Final = f"{NODE_IMAGE_REPOSITORY}:{DEFAULT_KUBERNETES_VERSION}@{DEFAULT_NODE_IMAGE_DIGEST}"
+
+
+def node_image(kubernetes_version: str) -> str:
+    """The kindest/node image a docker worker at ``kubernetes_version`` runs.
+
+    By digest at the default version; any other version by tag, since no digest of it is pinned here.
+    """
+    if kubernetes_version == DEFAULT_KUBERNETES_VERSION:
+        return DEFAULT_NODE_IMAGE
+    return f"{NODE_IMAGE_REPOSITORY}:{kubernetes_version}"
+
 
 # Helm charts: defaults of ``gpu-tenancy:versions``.
 DEFAULT_CHART_VERSIONS: Final = {

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 import yaml
 
-from gpu_tenancy import kubeadm, kubeconfig
+from gpu_tenancy import kubeadm, kubeconfig, versions
 from gpu_tenancy.docker_host import ENGINE_SCRIPT
 from tests.conftest import COMMAND, CONTAINER, K8S_PROVIDER, SECRET, TCP, dev_config, render_config
 from tests.shell import assert_valid_machine_script
@@ -122,6 +122,9 @@ def test_machine_image_is_pulled_at_the_tenant_version() -> None:
     config = dev_config()
     config["tenants"][1]["kubernetesVersion"] = "v1.35.7"
     render = render_config(config)
+    # The default version by kind v0.33.0's digest (kind re-tags images); others by tag.
+    pinned = render.one("docker:index/remoteImage:RemoteImage", "tenant-a-worker-0-image")
+    assert pinned["inputs"]["name"] == f"kindest/node:v1.36.4@{versions.DEFAULT_NODE_IMAGE_DIGEST}"
     image = render.one("docker:index/remoteImage:RemoteImage", "tenant-b-worker-0-image")
     assert image["inputs"]["name"] == "kindest/node:v1.35.7"
     container = render.one(CONTAINER, "tenant-b-worker-0")
