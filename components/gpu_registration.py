@@ -21,12 +21,12 @@ from .worker_machine import WorkerMachine
 
 REFRESH_SECONDS = 30
 
-_REGISTER_FILE = f"/etc/gpu-tenancy/{gpus.REGISTER_ANNOTATION.split('/')[1]}.json"
+_REGISTER_FILE = f"{conventions.MACHINE_STATE_DIR}/{gpus.REGISTER_ANNOTATION.split('/')[1]}.json"
 _CAPACITY_PATH = "/status/capacity/" + gpus.GPU_COUNT_RESOURCE.replace("/", "~1")
 
 _REGISTER = f"""set -eu
 : "${{GPU_TENANCY_NODE:?}}" "${{HAMI_NODE_REGISTER:?}}" "${{NVIDIA_GPU_CAPACITY:?}}"
-install -d -m 0755 /etc/gpu-tenancy
+install -d -m 0755 {conventions.MACHINE_STATE_DIR}
 printf '%s' "$HAMI_NODE_REGISTER" > {_REGISTER_FILE}
 cat > /usr/local/bin/gpu-tenancy-register <<EOF
 #!/bin/sh

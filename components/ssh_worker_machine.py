@@ -7,18 +7,25 @@ import shlex
 import pulumi
 import pulumi_command as command
 
-from gpu_tenancy import addressing
+from gpu_tenancy import addressing, conventions
 from gpu_tenancy.config import SshTarget, kubernetes_minor
 from gpu_tenancy.versions import KUBERNETES_PACKAGE_REPOSITORY
 
 from .worker_machine import prelude, secret_prelude
 
 # Every step checks before it changes anything, so a re-run converges without side effects.
-_PREPARE = """set -eu
-export DEBIAN_FRONTEND=noninteractive
+# Which worker of which stack a host is (see owned): its first step, before anything else changes.
+OWNER_FILE = f"{conventions.MACHINE_STATE_DIR}/owner"
+
+_PREPARE = (
+    f"""set -eu
+: "${{KUBERNETES_MINOR:?}}" "${{KUBERNETES_VERSION:?}}" "${{GPU_MODE:?}}" "${{{conventions.ENV_OWNER}:?}}"
+install -d -m 0755 {conventions.MACHINE_STATE_DIR}
+printf '%s\\n' "${conventions.ENV_OWNER}" > {OWNER_FILE}
+"""
+    + """export DEBIAN_FRONTEND=noninteractive
 # A freshly booted host is often busy with unattended-upgrades: wait for its dpkg lock instead of failing.
 apt_get() { apt-get -o DPkg::Lock::Timeout=600 "$@"; }
-: "${KUBERNETES_MINOR:?}" "${KUBERNETES_VERSION:?}" "${GPU_MODE:?}"
 
 # Kernel modules and sysctls kubelet and the pod network need, now and after a reboot.
 printf 'overlay\\nbr_netfilter\\n' > /etc/modules-load.d/gpu-tenancy.conf
@@ -100,6 +107,7 @@ apt_get install -y -q --no-remove --allow-downgrades \\
 apt-mark hold kubelet kubeadm kubectl
 systemctl enable kubelet
 """
+)
 
 # Leave the host as kubeadm's reset guide does, and remove what the preparation installed. Of
 # iptables only kube-proxy's (KUBE- chains) and Calico's (cali- chains, and "cali:" comments on its
@@ -113,17 +121,38 @@ _CLEAN_UP = (
     "apt-mark unhold kubelet kubeadm kubectl || true; "
     "DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 purge -y -q --allow-change-held-packages "
     "kubelet kubeadm kubectl || true; "
-    "rm -f /etc/apt/sources.list.d/kubernetes.list /etc/modules-load.d/gpu-tenancy.conf /etc/sysctl.d/99-gpu-tenancy.conf"
+    "rm -f /etc/apt/sources.list.d/kubernetes.list /etc/modules-load.d/gpu-tenancy.conf /etc/sysctl.d/99-gpu-tenancy.conf; "
+    f"rm -rf {conventions.MACHINE_STATE_DIR}"
 )
 
 
-def prepare_environment(kubernetes_version: str, gpu_mode: str) -> dict[str, str]:
+def owner(project: str, stack: str, worker: str) -> str:
+    return f"{project}/{stack}/{worker}"
+
+
+def owned(owner: str, delete: str) -> str:
+    """``delete``, run only while the host is still ``owner``'s.
+
+    Pulumi deletes what left the program at the end of an update, after it created what came in.
+    A worker renamed on the same host, or a host handed to a new worker, has by then been prepared
+    and joined anew under its new owner, and the old worker's deletes (kubeadm reset, the purge of
+    kubelet) must not undo that. A host prepared before owners were written has none: it is
+    cleaned up as before.
+    """
+    return (
+        f'if [ -f {OWNER_FILE} ] && [ "$(cat {OWNER_FILE})" != {shlex.quote(owner)} ]; then '
+        f'echo "this host is now $(cat {OWNER_FILE}), no longer {owner}: left as it is" >&2; exit 0; fi; {delete}'
+    )
+
+
+def prepare_environment(kubernetes_version: str, gpu_mode: str, owner: str) -> dict[str, str]:
     major, minor = kubernetes_minor(kubernetes_version)
     return {
         "KUBERNETES_VERSION": kubernetes_version,
         "KUBERNETES_MINOR": f"v{major}.{minor}",
         "GPU_MODE": gpu_mode,
         "PACKAGE_REPOSITORY": KUBERNETES_PACKAGE_REPOSITORY,
+        conventions.ENV_OWNER: owner,
     }
 
 
@@ -145,6 +174,7 @@ class SshWorkerMachine(pulumi.ComponentResource):
     ) -> None:
         super().__init__("gpu-tenancy:worker:SshWorkerMachine", name, None, opts)
         self.hostname = name
+        self._owner = owner(pulumi.get_project(), pulumi.get_stack(), name)
         self._connection = command.remote.ConnectionArgs(
             host=ssh.host,
             port=ssh.port,
@@ -164,7 +194,7 @@ class SshWorkerMachine(pulumi.ComponentResource):
         prepare = self._command(
             f"{name}-prepare",
             script=_PREPARE,
-            environment=prepare_environment(kubernetes_version, gpu_mode),
+            environment=prepare_environment(kubernetes_version, gpu_mode, self._owner),
             secrets={},
             delete=_CLEAN_UP,
             # A new version or GPU mode re-runs the preparation in place (its stdin changes).
@@ -209,7 +239,7 @@ class SshWorkerMachine(pulumi.ComponentResource):
             name,
             connection=self._connection,
             create="sudo -n sh -s",
-            delete=f"sudo -n sh -c {shlex.quote(delete)}" if delete else None,
+            delete=f"sudo -n sh -c {shlex.quote(owned(self._owner, delete))}" if delete else None,
             stdin=pulumi.Output.concat(prelude(environment), secret_prelude(secrets), script),
             triggers=triggers,
             logging=command.remote.Logging.STDERR,

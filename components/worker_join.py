@@ -20,8 +20,7 @@ BOOTSTRAP_READER = "gpu-tenancy:bootstrap-config-reader"
 # may not delete its Node (the Node authorizer never allows it, and Kubernetes withdrew node
 # self-deletion on purpose: a node that deletes and re-registers itself sheds the taints an admin
 # set, kubernetes/kubernetes#71021, CVE-2025-5187), and the machine must not hold the tenant's admin
-# credentials.
-LEAVE_SCRIPT = "kubeadm reset --force"
+# credentials. (The script: kubeadm.LEAVE_SCRIPT.)
 
 
 class JoinPermissions(pulumi.ComponentResource):
@@ -140,7 +139,7 @@ class WorkerJoin(pulumi.ComponentResource):
                 conventions.ENV_TOKEN_EXPIRES: expiry.rfc3339,
             },
             secrets={conventions.ENV_JOIN_TOKEN: token},
-            delete=LEAVE_SCRIPT,
+            delete=kubeadm.LEAVE_SCRIPT,
             triggers=[token, endpoint],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[token_secret_resource, permissions.binding]),
         )

@@ -22,6 +22,11 @@ ENV_JOIN_TOKEN: Final = "JOIN_TOKEN"
 ENV_TOKEN_EXPIRES: Final = "BOOTSTRAP_TOKEN_EXPIRES"
 ENV_REGISTER: Final = "HAMI_NODE_REGISTER"
 ENV_GPU_CAPACITY: Final = "NVIDIA_GPU_CAPACITY"
+ENV_OWNER: Final = "GPU_TENANCY_OWNER"
+
+# What the program keeps on a worker machine: which worker the machine is (an SSH host's owner),
+# what it is joined as, its GPU registration. kubeadm reset leaves it alone.
+MACHINE_STATE_DIR: Final = "/etc/gpu-tenancy"
 
 # The DataStore the Kamaji chart creates and assigns to every TCP that names none
 # (charts/kamaji values.yaml defaultDatastoreName, kamaji-etcd datastore.name).

@@ -10,6 +10,7 @@ from typing import Final
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from .conventions import MACHINE_STATE_DIR
 from .versions import kubernetes_minor
 
 # kubeadm's default node token group and the usages a join token needs
@@ -63,6 +64,11 @@ def bootstrap_secret_name(token_id: str) -> str:
 # that cannot start yet) is retried this often, from a clean slate each time.
 JOIN_ATTEMPTS: Final = 5
 JOIN_RETRY_SECONDS: Final = 20
+# What a machine is joined as: its endpoint, the CA it trusts there and its node name, written by
+# the join that made it so.
+JOIN_RECORD: Final = f"{MACHINE_STATE_DIR}/joined"
+# Undoing a join; the record goes with it.
+LEAVE_SCRIPT: Final = f"kubeadm reset --force; rm -f {JOIN_RECORD}"
 # A machine that has just started (a new worker container) may still be starting containerd.
 RUNTIME_WAIT_SECONDS: Final = 120
 # A restarted kubelet reports its version on the Node within seconds of starting.
@@ -86,10 +92,13 @@ def join_script(
     ``JOIN_ENDPOINT``, ``JOIN_TOKEN`` and ``JOIN_CA_CERT_HASH`` come from the environment and
     reach kubeadm in a JoinConfiguration file only root can read, removed on exit: the token is
     never an argument, which any user of the host could read in ``/proc/<pid>/cmdline``. The
-    script is idempotent: a machine already joined to the same endpoint only gets its labels
-    again (the kubelet applies ``--node-labels`` only when it registers), anything else is reset
-    first. kubeadm's preflight refuses to join over what a failed join leaves
-    (``bootstrap-kubelet.conf``, ``pki/ca.crt``), not only over ``kubelet.conf``.
+    script is idempotent: a machine already joined as this node to the same endpoint and CA (its
+    ``JOIN_RECORD``) only gets its labels again (the kubelet applies ``--node-labels`` only when it
+    registers); anything else is reset first: another endpoint, a new CA at the same address (a
+    control plane made anew), or another node name (a worker renamed on the same host, whose
+    kubelet could not even label the new name). A machine joined before the record existed counts
+    by its endpoint alone and is recorded. kubeadm's preflight refuses to join over what a failed
+    join leaves (``bootstrap-kubelet.conf``, ``pki/ca.crt``), not only over ``kubelet.conf``.
 
     A token is made once and expires (``BOOTSTRAP_TOKEN_EXPIRES``, RFC 3339 UTC), after which the
     tenant's tokencleaner deletes it; a join first retried after that (a failed ``pulumi up`` run
@@ -115,9 +124,13 @@ target_version={version}
 # image or distribution already put in /etc/default/kubelet (kind sets --runtime-cgroups there).
 extra="$(sed -n 's/^KUBELET_EXTRA_ARGS=//p' /etc/default/kubelet 2>/dev/null | sed 's/ *--node-labels=[^ ]*//g')"
 echo "KUBELET_EXTRA_ARGS=${{extra:+$extra }}--node-labels={labels}" > /etc/default/kubelet
-if [ -f /etc/kubernetes/kubelet.conf ] && grep -q "server: https://$JOIN_ENDPOINT\\$" /etc/kubernetes/kubelet.conf; then
+identity="$JOIN_ENDPOINT $JOIN_CA_CERT_HASH "{node}
+record() {{ install -d -m 0755 {MACHINE_STATE_DIR} && printf '%s\\n' "$identity" > {JOIN_RECORD}; }}
+if [ -f /etc/kubernetes/kubelet.conf ] && grep -q "server: https://$JOIN_ENDPOINT\\$" /etc/kubernetes/kubelet.conf &&
+  {{ [ ! -f {JOIN_RECORD} ] || [ "$(cat {JOIN_RECORD})" = "$identity" ]; }}; then
   echo "already joined to $JOIN_ENDPOINT"
   kubectl --kubeconfig /etc/kubernetes/kubelet.conf label node {node} --overwrite {label_args}
+  record
   # The Node reports what the running kubelet is: a package upgrade replaces the binary only.
   kubelet_version() {{
     kubectl --kubeconfig /etc/kubernetes/kubelet.conf get node {node} -o jsonpath='{{.status.nodeInfo.kubeletVersion}}'
@@ -169,6 +182,7 @@ while :; do
     if [ -e "$leftover" ]; then kubeadm reset --force; break; fi
   done
   if kubeadm join --config "$config"{ignore}; then
+    record
     exit 0
   fi
   [ "$attempt" -lt {JOIN_ATTEMPTS} ] || {{ echo "kubeadm join failed {JOIN_ATTEMPTS} times" >&2; exit 1; }}

@@ -16,6 +16,8 @@ from tests.shell import executable
 ENDPOINT = "172.18.255.230:6443"
 LABELS = {"gpu": "on", "gpu-tenancy.io/tenant": "tenant-a"}
 KIND_KUBELET_ARGS = "--runtime-cgroups=/system.slice/containerd.service"
+NODE = "tenant-a-worker-0"
+CA_CERT_HASH = "sha256:00"
 
 
 def tool(bin_dir: Path, name: str, body: str) -> None:
@@ -33,6 +35,8 @@ def run_join(
     restarted_kubelet: str | None = None,
     endpoint: str = ENDPOINT,
     labels: dict[str, str] | None = None,
+    node: str = NODE,
+    ca_cert_hash: str = CA_CERT_HASH,
 ) -> tuple[int, list[str], Path]:
     """Run the join for ``version``; the Node reports the kubelet in ``state/kubelet-version``.
 
@@ -82,7 +86,7 @@ esac""",
 esac""",
     )
     tool(bin_dir, "kubectl", f'case "$*" in *" get node "*) cat "{state}/kubelet-version" ;; esac')
-    script = kubeadm.join_script("tenant-a-worker-0", version, ("SystemVerification",), LABELS if labels is None else labels)
+    script = kubeadm.join_script(node, version, ("SystemVerification",), LABELS if labels is None else labels)
     script = script.replace("/etc/", f"{etc}/")
     log = tmp_path / "log"
     scratch = tmp_path / "tmp"
@@ -95,7 +99,7 @@ esac""",
             "TMPDIR": str(scratch),
             "JOIN_ENDPOINT": endpoint,
             "JOIN_TOKEN": "abcdef.0123456789abcdef",
-            "JOIN_CA_CERT_HASH": "sha256:00",
+            "JOIN_CA_CERT_HASH": ca_cert_hash,
             **({"BOOTSTRAP_TOKEN_EXPIRES": expires} if expires else {}),
         },
         capture_output=True,
@@ -275,3 +279,47 @@ def test_a_rerun_replaces_the_node_labels_flag(tmp_path: Path, relabel: dict[str
     latest = ",".join(f"{key}={value}" for key, value in sorted(relabel.items()))
     # One flag, the latest labels; the image's own flags stay where they were.
     assert (etc / "default" / "kubelet").read_text() == f"KUBELET_EXTRA_ARGS={KIND_KUBELET_ARGS} --node-labels={latest}\n"
+
+
+def join_record(etc: Path) -> str:
+    return (etc / kubeadm.JOIN_RECORD.removeprefix("/etc/")).read_text()
+
+
+def test_a_join_records_what_the_machine_joined_as(tmp_path: Path) -> None:
+    code, _, etc = run_join(tmp_path)
+    assert code == 0
+    assert join_record(etc) == f"{ENDPOINT} {CA_CERT_HASH} {NODE}\n"
+
+
+@pytest.mark.parametrize(
+    ("change", "rejoins"),
+    [
+        ({}, False),
+        # The control plane made anew at the same address: the kubelet's credentials are worthless.
+        ({"ca_cert_hash": "sha256:11"}, True),
+        # The worker renamed on the same host: the kubelet could not even label the new node.
+        ({"node": "tenant-a-worker-9"}, True),
+    ],
+)
+def test_a_machine_joined_at_this_endpoint_under_another_ca_or_name_joins_again(
+    tmp_path: Path, change: dict[str, str], rejoins: bool
+) -> None:
+    assert run_join(tmp_path)[0] == 0
+    (tmp_path / "log").unlink()
+    code, calls, etc = run_join(tmp_path, **change)
+    assert code == 0
+    assert (calls == ["kubeadm reset", "kubeadm join"]) == rejoins
+    assert not rejoins or "label node" not in (tmp_path / "log").read_text()
+    wanted = {"ca_cert_hash": CA_CERT_HASH, "node": NODE, **change}
+    assert join_record(etc) == f"{ENDPOINT} {wanted['ca_cert_hash']} {wanted['node']}\n"
+
+
+def test_a_machine_joined_before_joins_were_recorded_counts_by_its_endpoint(tmp_path: Path) -> None:
+    # Hosts joined by an earlier gpu-tenancy have no record: they keep their join, and get one.
+    _, _, etc = run_join(tmp_path)
+    (etc / kubeadm.JOIN_RECORD.removeprefix("/etc/")).unlink()
+    (tmp_path / "log").unlink()
+    code, calls, _ = run_join(tmp_path)
+    assert code == 0
+    assert not [call for call in calls if call.startswith("kubeadm")]
+    assert join_record(etc) == f"{ENDPOINT} {CA_CERT_HASH} {NODE}\n"

@@ -6,19 +6,21 @@ The preparation runs under sh against stand-ins for the package tools and servic
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from components.ssh_worker_machine import _PREPARE, prepare_environment
+from components.ssh_worker_machine import _PREPARE, OWNER_FILE, owner, prepare_environment
 from gpu_tenancy import kubeadm
 from tests.conftest import TCP, render_config
 from tests.shell import executable
 from tools import harness
 
 REMOTE = "command:remote:Command"
+OWNER = "gpu-tenancy/dev/gpu-host-1"
 BINDING = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
 KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nfake\n-----END OPENSSH PRIVATE KEY-----\n"
 
@@ -96,7 +98,7 @@ exit 0""",
         executable(bin_dir / name, f'#!/bin/sh\necho "{name} $*" >> "$LOG"\n{stand_ins.get(name, ":")}\n')
     return subprocess.run(
         ["sh", "-c", _PREPARE.replace("/etc/", f"{etc}/")],
-        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "LOG": str(tmp_path / "log"), **prepare_environment("v1.36.4", gpu_mode)},
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "LOG": str(tmp_path / "log"), **prepare_environment("v1.36.4", gpu_mode, OWNER)},
         capture_output=True,
         text=True,
         timeout=60,
@@ -153,6 +155,13 @@ def test_the_preparation_never_restarts_kubelet(tmp_path: Path) -> None:
     result = run_prepare(tmp_path, None)
     assert result.returncode == 0, result.stderr
     assert [c for c in calls(tmp_path, "systemctl") if "kubelet" in c] == ["systemctl enable kubelet"]
+
+
+def test_the_preparation_first_marks_the_host_as_its_workers(tmp_path: Path) -> None:
+    result = run_prepare(tmp_path, None)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / OWNER_FILE.removeprefix("/")).read_text() == f"{OWNER}\n"
+    assert _PREPARE.index(OWNER_FILE) < _PREPARE.index("apt_get update")
 
 
 # --- a version change on a rendered stack ----------------------------------------------------------
@@ -302,3 +311,71 @@ def test_an_unpinned_host_key_is_warned_about_and_a_pinned_one_checked(
         assert warnings == []
     connections = {r["name"]: r["inputs"]["connection"] for r in render.find(REMOTE)}
     assert connections and all(connection.get("hostKey") == host_key for connection in connections.values())
+
+
+# --- a host that changes hands -----------------------------------------------------------------------
+
+
+def run_delete(tmp_path: Path, delete: str, owner_on_host: str | None) -> tuple[subprocess.CompletedProcess[str], str]:
+    """A rendered ``sudo -n sh -c <script>`` delete, on a host whose owner file holds ``owner_on_host``.
+
+    Paths under /etc, /var and /usr/local are moved into ``tmp_path``; every tool it runs is a stand-in.
+    """
+    sudo, no_prompt, shell, flag, script = shlex.split(delete)
+    assert (sudo, no_prompt, shell, flag) == ("sudo", "-n", "sh", "-c")
+    for tree in ("/etc/", "/var/", "/usr/local/"):
+        script = script.replace(tree, f"{tmp_path}{tree}")
+    if owner_on_host is not None:
+        (tmp_path / OWNER_FILE.removeprefix("/")).parent.mkdir(parents=True)
+        (tmp_path / OWNER_FILE.removeprefix("/")).write_text(f"{owner_on_host}\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tables = [f"{table}-{way}" for table in ("iptables", "ip6tables") for way in ("save", "restore")]
+    for tool in ("kubeadm", "kubectl", "apt-get", "apt-mark", "systemctl", *tables):
+        executable(bin_dir / tool, f'#!/bin/sh\necho "{tool} $*" >> "{tmp_path}/log"\n')
+    result = subprocess.run(
+        ["sh", "-c", script], env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, capture_output=True, text=True, timeout=30, check=False
+    )
+    log = tmp_path / "log"
+    return result, log.read_text() if log.exists() else ""
+
+
+@pytest.mark.parametrize("command", ["gpu-host-1-prepare", "gpu-host-1-join"])
+@pytest.mark.parametrize(
+    ("owner_on_host", "runs"),
+    [
+        (OWNER, True),
+        (None, True),  # prepared before owners were written: cleaned up as before
+        ("gpu-tenancy/dev/gpu-host-1b", False),  # the worker renamed: the new name already joined it
+        ("gpu-tenancy/staging/gpu-host-1", False),  # taken over by another stack
+    ],
+)
+def test_a_deleted_worker_leaves_a_host_that_now_belongs_to_another_alone(
+    tmp_path: Path, command: str, owner_on_host: str | None, runs: bool
+) -> None:
+    # Pulumi deletes what left the program after creating what came in: a renamed worker's old
+    # join and preparation would otherwise reset and purge the host its new name has just joined.
+    render = render_config(ssh_stack("v1.36.4"), stack="dev")
+    result, log = run_delete(tmp_path, render.one(REMOTE, command)["inputs"]["delete"], owner_on_host)
+    assert result.returncode == 0, result.stderr
+    assert ("kubeadm reset --force" in log) == runs
+    if not runs:
+        assert log == ""
+        assert f"this host is now {owner_on_host}, no longer {OWNER}: left as it is" in result.stderr
+        assert (tmp_path / OWNER_FILE.removeprefix("/")).exists()
+
+
+def test_a_cleaned_up_host_keeps_no_owner(tmp_path: Path) -> None:
+    render = render_config(ssh_stack("v1.36.4"), stack="dev")
+    result, log = run_delete(tmp_path, render.one(REMOTE, "gpu-host-1-prepare")["inputs"]["delete"], OWNER)
+    assert result.returncode == 0, result.stderr
+    assert "apt-get" in log and not (tmp_path / OWNER_FILE.removeprefix("/")).parent.exists()
+
+
+def test_each_ssh_worker_is_owned_by_its_stack_and_name() -> None:
+    render = render_config(ssh_stack("v1.36.4"), stack="staging", show_secrets=True)
+    stdin = render.one(REMOTE, "gpu-host-1-prepare")["inputs"]["stdin"]
+    assert f"GPU_TENANCY_OWNER={owner('gpu-tenancy', 'staging', 'gpu-host-1')}\n" in stdin
+    assert owner("gpu-tenancy", "staging", "gpu-host-1") == "gpu-tenancy/staging/gpu-host-1"
+    for command in render.find(REMOTE):
+        assert "!= gpu-tenancy/staging/gpu-host-1 ]; then" in command["inputs"]["delete"], command["name"]
