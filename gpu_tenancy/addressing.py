@@ -58,14 +58,17 @@ class AddressPool:
 
 
 def host_identity(host: str) -> str:
-    """One spelling per machine for an SSH host: ``fd00:0::1`` is ``fd00::1``, ``GPU-1.lab.`` is ``gpu-1.lab``.
+    """One spelling per machine for an SSH host: ``fd00:0::1`` is ``fd00::1``, ``::ffff:10.0.0.1`` is
+    ``10.0.0.1``, ``GPU-1.lab.`` is ``gpu-1.lab``.
 
     Config validation and the policy pack both ask whether two workers name one machine.
     """
     try:
-        return ipaddress.ip_address(host).compressed
+        address = ipaddress.ip_address(host)
     except ValueError:
         return host.lower().removesuffix(".")
+    # ::ffff:10.0.0.1 reaches 10.0.0.1.
+    return (getattr(address, "ipv4_mapped", None) or address).compressed
 
 
 def join_host_port(host: str, port: int | str) -> str:

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import json
 import re
@@ -163,6 +164,15 @@ def _strict_cidr(value: Any) -> Any:
     # ipaddress reads "10.244.0.0" as a /32, which would then be reported as too small.
     if isinstance(value, str) and "/" not in value:
         raise ValueError(f"{value!r} has no prefix length; write a CIDR such as 10.244.0.0/16")
+    if isinstance(value, str):
+        try:
+            ipaddress.IPv4Network(value)
+        except ValueError as error:  # pydantic's own message names neither the host bits nor the mask
+            try:
+                network = ipaddress.IPv4Network(value, strict=False)
+            except ValueError:
+                raise ValueError(f"{value!r} is not an IPv4 CIDR: {error}") from None
+            raise ValueError(f"{value!r} has host bits set: the network is {network}") from None
     return _strict_address(value)
 
 
@@ -213,7 +223,8 @@ def _routable(value: ipaddress.IPv4Network) -> None:
 
 
 def _konnectivity(value: str) -> str:
-    if not value.startswith("v"):
+    # An image tag: no build metadata, since '+' is not a tag character.
+    if not value.startswith("v") or "+" in value:
         raise ValueError(f"{value!r}: Konnectivity images are tagged vX.Y.Z, e.g. v0.34.0")
     return value
 
@@ -300,6 +311,10 @@ def _chart_at_least(chart: str, oldest: tuple[int, int, int], why: str) -> Calla
 # scheduler that reads the JSON device registration the program writes (from v2.8.0 the only form
 # its scheduler parses).
 OLDEST_HAMI_CHART: Final = (2, 8, 0)
+# HAMi charts write the device config's `vnpus` as a nested object from 2.9.0 on; mock device
+# plugin builds up to 1.0.1 read only the flat layout and exit (see versions.DEFAULT_MOCK_DEVICE_PLUGIN_TAG).
+NESTED_DEVICE_CONFIG: Final = (2, 9, 0)
+_FLAT_CONFIG_MOCK: Final = re.compile(r"v?1\.0\.[01](?:@sha256:[0-9a-f]{64})?")
 _hami_chart = _chart_at_least("HAMi", OLDEST_HAMI_CHART, "with the mock device plugin and the JSON device registration")
 # The TCP Services ask MetalLB for their VIPs with metallb.io/loadBalancerIPs; older releases read
 # only the metallb.universe.tf prefix (MetalLB 0.14.9 release notes, metallb#2495), and with the
@@ -355,16 +370,28 @@ _INET_ATON_PART = re.compile(r"^(?:0[xX][0-9a-fA-F]*|[0-9]+)$")
 _SSH_HOST = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?$")
 # A public key as authorized_keys and known_hosts write it: its type, then its base64 body.
 _SSH_PUBLIC_KEY = re.compile(
-    r"(?:^|\s)(?:ssh-(?:ed25519|rsa|dss)|ecdsa-sha2-nistp(?:256|384|521)|sk-\S+)\s+[A-Za-z0-9+/]+={0,2}(?:\s|$)"
+    r"(?:^|\s)(ssh-(?:ed25519|rsa|dss)|ecdsa-sha2-nistp(?:256|384|521)|sk-\S+)\s+([A-Za-z0-9+/]+={0,2})(?:\s|$)"
 )
 
 
 def _ssh_host(value: str) -> str:
     try:
-        ipaddress.ip_address(value)
-        return value
+        address = ipaddress.ip_address(value)
     except ValueError:
-        pass
+        return _ssh_host_name(value)
+    mapped = getattr(address, "ipv4_mapped", None)
+    if mapped is not None:
+        # The same machine as the IPv4 address, which the checks on other hosts and CIDRs compare.
+        raise ValueError(f"{value!r} is the IPv4 address {mapped} written as IPv6; write {mapped}")
+    if address.is_unspecified or address.is_multicast or (address.version == 4 and address in _RESERVED_IPV4):
+        raise ValueError(f"{value!r} is an unspecified, multicast, broadcast or reserved address, not a machine's")
+    return value
+
+
+_RESERVED_IPV4: Final = ipaddress.IPv4Network("240.0.0.0/4")  # the limited broadcast address included
+
+
+def _ssh_host_name(value: str) -> str:
     labels = value.removesuffix(".").split(".")
     if len(value) > 253 or not _SSH_HOST.fullmatch(value) or any(len(label) > 63 for label in labels):
         raise ValueError(
@@ -397,12 +424,23 @@ def _ssh_user(value: str) -> str:
 
 
 def _ssh_host_key(value: str) -> str:
-    if not _SSH_PUBLIC_KEY.search(value):
+    match = _SSH_PUBLIC_KEY.search(value)
+    if not match or _key_blob_type(match[2]) != match[1]:
         raise ValueError(
-            "is not a public key as known_hosts holds it (a type such as ssh-ed25519, then the base64 key): "
-            "copy a line of ssh-keyscan <host>"
+            "is not a public key as known_hosts holds it (a type such as ssh-ed25519, then the base64 key "
+            "of that type): copy a line of ssh-keyscan <host>"
         )
     return value
+
+
+def _key_blob_type(blob: str) -> str | None:
+    """The key type an SSH public key blob names first (RFC 4253 6.6: a length-prefixed string)."""
+    try:
+        raw = base64.b64decode(blob, validate=True)
+    except ValueError:
+        return None
+    length = int.from_bytes(raw[:4], "big")
+    return raw[4 : 4 + length].decode("ascii", "replace") if len(raw) >= 4 + length else None
 
 
 class Management(_Model):
@@ -427,6 +465,16 @@ class Versions(_Model):
     # that image is not yet published for the newest Kubernetes minor.
     konnectivity: Annotated[str, AfterValidator(_version), AfterValidator(_konnectivity)] | None = None
     mock_device_plugin: Annotated[str, AfterValidator(_image_tag)] = versions.DEFAULT_MOCK_DEVICE_PLUGIN_TAG
+
+    @model_validator(mode="after")
+    def _mock_reads_the_charts_device_config(self) -> Versions:
+        if _FLAT_CONFIG_MOCK.fullmatch(self.mock_device_plugin) and not versions.older_than(self.hami, NESTED_DEVICE_CONFIG):
+            raise ValueError(
+                f"mockDevicePlugin {self.mock_device_plugin} cannot read the device config HAMi charts write from "
+                f"{'.'.join(map(str, NESTED_DEVICE_CONFIG))} on (hami {self.hami} here; mock-device-plugin#18): "
+                "its device plugin exits and no card is registered; use latest, pinned as latest@sha256:<digest>"
+            )
+        return self
 
 
 class Network(_Model):

@@ -538,10 +538,32 @@ def test_kubernetes_versions_are_release_tags(version: str) -> None:
     assert problem_at(raw, "tenants[0].kubernetesVersion")
 
 
-def test_konnectivity_is_an_image_tag_with_v() -> None:
+@pytest.mark.parametrize("version", ["0.34.0", "v0.34.0+build.1"])  # '+' is no image tag character
+def test_konnectivity_is_an_image_tag_with_v(version: str) -> None:
     raw = dev_config()
-    raw["versions"] = {"konnectivity": "0.34.0"}
+    raw["versions"] = {"konnectivity": version}
     assert "Konnectivity images are tagged vX.Y.Z" in problem_at(raw, "versions.konnectivity")
+
+
+@pytest.mark.parametrize(
+    ("tag", "hami", "refused"),
+    [
+        ("1.0.1", "2.10.0", True),
+        ("1.0.0", "2.9.0", True),
+        ("1.0.1@sha256:" + "a" * 64, "2.9.0-rc.1+x", False),  # a pre-release of 2.9.0 comes before it
+        ("1.0.1", "2.8.0", False),
+        ("1.0.2", "2.10.0", False),
+        ("latest", "2.10.0", False),
+    ],
+)
+def test_a_mock_plugin_that_cannot_read_the_hami_charts_device_config_is_refused(tag: str, hami: str, refused: bool) -> None:
+    raw = dev_config()
+    raw["versions"] = {"mockDevicePlugin": tag, "hami": hami}
+    if refused:
+        message = problem_at(raw, "versions")
+        assert f"mockDevicePlugin {tag} cannot read the device config HAMi charts write from 2.9.0 on (hami {hami}" in message
+    else:
+        assert StackConfig.load(raw).versions.mock_device_plugin == tag
 
 
 @pytest.mark.parametrize("tag", ["", "latest@sha256:abc", "-latest", "1.0.2\n", "projecthami/mock-device-plugin:1.0.2"])
@@ -717,8 +739,20 @@ def test_vips_pools_and_tenant_networks_keep_off_the_ssh_hosts() -> None:
         ({"host": "10.1"}, "host", "write 10.0.0.1"),
         ({"host": "0x0a.0.0.1"}, "host", "write 10.0.0.1"),
         ({"host": "10.0.0.256"}, "host", "'10.0.0.256' is not an IPv4 address: four decimal parts of 0-255"),
+        ({"host": "::ffff:10.0.0.1"}, "host", "'::ffff:10.0.0.1' is the IPv4 address 10.0.0.1 written as IPv6; write 10.0.0.1"),
+        *(
+            ({"host": address}, "host", f"{address!r} is an unspecified, multicast, broadcast or reserved address")
+            for address in ("0.0.0.0", "::", "224.0.0.1", "ff02::1", "255.255.255.255", "240.0.0.1")
+        ),
         ({"user": "root user"}, "user", "is not a login name"),
         ({"hostKey": "not a key"}, "hostKey", "is not a public key as known_hosts holds it"),
+        ({"hostKey": "ssh-ed25519 A"}, "hostKey", "is not a public key as known_hosts holds it"),  # not base64
+        # An ed25519 key under another type's name: ssh would never match it.
+        (
+            {"hostKey": "ssh-rsa AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"},
+            "hostKey",
+            "then the base64 key of that type",
+        ),
     ],
 )
 def test_ssh_targets_are_checked(ssh: dict[str, str], key: str, expected: str) -> None:
@@ -741,6 +775,12 @@ def test_ssh_targets_are_checked(ssh: dict[str, str], key: str, expected: str) -
 )
 def test_host_keys_in_known_hosts_and_authorized_keys_form_are_accepted(host_key: str) -> None:
     assert StackConfig.load(existing_with_ssh("gpu-1.example.com", hostKey=host_key)).tenants[0].workers[0].ssh is not None
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "fd00::1", "169.254.0.5"])
+def test_loopback_and_other_unicast_ssh_hosts_are_machines(host: str) -> None:
+    # Loopback: pulumi run on the GPU host itself.
+    assert StackConfig.load(existing_with_ssh(host)).tenants[0].workers[0].ssh.host == host
 
 
 def test_a_tenant_cannot_use_another_tenants_dedicated_store() -> None:
@@ -819,6 +859,16 @@ def test_tenants_whose_names_hash_to_one_slot_still_get_distinct_vips() -> None:
             {"tenants": [{"name": "a", "podCidr": "10.244.0.0"}]},
             "tenants[0].podCidr",
             "'10.244.0.0' has no prefix length; write a CIDR such as 10.244.0.0/16",
+        ),
+        (
+            {"tenants": [{"name": "a", "podCidr": "10.244.1.0/16"}]},
+            "tenants[0].podCidr",
+            "'10.244.1.0/16' has host bits set: the network is 10.244.0.0/16",
+        ),
+        (
+            {"tenants": [{"name": "a", "serviceCidr": "10.96.0.0/33"}]},
+            "tenants[0].serviceCidr",
+            "'10.96.0.0/33' is not an IPv4 CIDR: '33' is not a valid netmask",
         ),
         (
             {"network": {"pool": "  "}},

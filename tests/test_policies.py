@@ -418,6 +418,14 @@ CASES = [
         findings=2,
     ),
     Case(
+        # An IPv4-mapped IPv6 address reaches the IPv4 host.
+        "ssh-host-in-two-tenants-as-ipv4-and-mapped-ipv6",
+        "tenant-worker-isolation",
+        one_host_in_both_tenants("::ffff:10.0.0.11", "10.0.0.11"),
+        "worker ssh://10.0.0.11:22 joins tenants 'tenant-a', 'tenant-b'",
+        findings=2,
+    ),
+    Case(
         "token-created-in-the-management-cluster",
         "tenant-worker-isolation",
         lambda d: record(d, SECRET, "tenant-a-worker-0-bootstrap-token").update(provider=provider_of(d, TCP, "tenant-a")),
