@@ -644,6 +644,14 @@ CASES = [
         findings=2,
     ),
     Case(
+        # The engine validates each property alone; the pack itself refuses the pair.
+        "node-port-range-inverted-in-config",
+        "control-plane-exposure",
+        lambda d: node_port(d, "tenant-a", 31443, 31132),
+        "tenant 'tenant-a' uses a NodePort, but the pack config's nodePortMin 40000 is above its nodePortMax 30000",
+        config={"nodePortMin": 40000, "nodePortMax": 30000},
+    ),
+    Case(
         "cluster-ip",
         "control-plane-exposure",
         lambda d: spec(d, "tenant-b")["controlPlane"]["service"].update(serviceType="ClusterIP"),

@@ -160,6 +160,14 @@ def _load_balancer(stack: StackView, plane: ControlPlane) -> Iterator[Finding]:
 
 
 def _node_port(plane: ControlPlane, low: int, high: int) -> Iterator[Finding]:
+    if low > high:
+        # JSON Schema cannot relate two properties, so the engine lets this through.
+        yield Finding(
+            f"tenant {plane.tenant!r} uses a NodePort, but the pack config's nodePortMin {low} is above its "
+            f"nodePortMax {high}: no port is in that range; fix control-plane-exposure in the policy config",
+            plane.urn,
+        )
+        return
     address = plane.address
     if address is not UNKNOWN and not address:
         yield Finding(
