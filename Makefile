@@ -29,6 +29,14 @@ INOTIFY_CHECK ?= fail
 export PATH := $(CURDIR)/$(TOOLS)/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 UP_FLAGS ?= --yes
 PULUMI := scripts/pulumi-env.sh $(STACK) pulumi
+# up and preview would create a stack with the default config for a mistyped STACK: they stop here,
+# before the virtualenv, the Docker checks or the stack are made (destroy, validate and kubeconfig
+# need an existing stack anyway, and one whose config file is gone can still be destroyed).
+ifneq ($(filter up preview,$(MAKECMDGOALS)),)
+ifeq ($(wildcard Pulumi.$(notdir $(STACK)).yaml),)
+$(error no Pulumi.$(notdir $(STACK)).yaml in this project: check STACK, or create the stack's config first (e.g. cp Pulumi.dev.yaml Pulumi.$(notdir $(STACK)).yaml, or scripts/pulumi-env.sh $(STACK) pulumi config set ...))
+endif
+endif
 
 .PHONY: help preflight venv tools up preview destroy kubeconfig test lint render policy validate clean
 
@@ -42,10 +50,12 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt policies/requirements.
 	@[ -n "$(PYTHON_FOUND)" ] || { echo "$(PYTHON) not found: install Python 3.11+ or name one, e.g. make up PYTHON=python3.12" >&2; exit 1; }
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { \
 	  echo "Python 3.11+ is required; $(PYTHON) is $$($(PYTHON) -c 'import platform; print(platform.python_version())' 2>&1 || true): name another, e.g. make up PYTHON=python3.12" >&2; exit 1; }
-	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -r requirements-dev.txt
-	touch $@
+	@# All on stderr: make render and make policy may make the virtualenv first, and their stdout is their output.
+	@echo "creating $(VENV) with $(PYTHON) and installing requirements-dev.txt" >&2
+	@$(PYTHON) -m venv $(VENV) >&2
+	@$(VENV)/bin/pip install --quiet --upgrade pip >&2
+	@$(VENV)/bin/pip install --quiet -r requirements-dev.txt >&2
+	@touch $@
 
 venv: $(VENV)/.installed ## Create the virtualenv with every requirement.
 
@@ -99,11 +109,12 @@ test: venv ## Lint and run the offline test suite.
 lint: venv ## Lint only.
 	$(VENV)/bin/ruff check .
 
+# No echoed command lines on stdout: make render > render.json gives JSON.
 render: venv ## Render the stack offline as JSON.
-	$(VENV)/bin/python -m tools.render --stack $(STACK)
+	@$(VENV)/bin/python -m tools.render --stack $(STACK)
 
 policy: venv ## Check the stack against the policy pack, offline.
-	$(VENV)/bin/python -m tools.policycheck --stack $(STACK)
+	@$(VENV)/bin/python -m tools.policycheck --stack $(STACK)
 
 validate: venv tools ## Validate the deployed stack against the live clusters.
 	scripts/pulumi-env.sh --existing $(STACK) $(VENV)/bin/python -m tools.validate --stack $(STACK) $(VALIDATE_FLAGS)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run a Pulumi CLI command with a backend and secrets provider the user did not have to choose.
 #   scripts/pulumi-env.sh [--existing] STACK pulumi up ...
+# (no STACK or no command, or -h/--help: the usage on stderr, exit 2, nothing created).
 # --existing: the stack must exist already (validation, outputs, destroy) and nothing is created:
 # no .pulumi-state/, no .pulumi-passphrase, no stack. Otherwise the stack is created on first use.
 # A user who set PULUMI_BACKEND_URL keeps that backend; a stack already in .pulumi-state/ next to
@@ -13,12 +14,22 @@
 # Written for bash 3.2 too (macOS): no empty-array expansion under `set -u`.
 set -euo pipefail
 
+usage() {
+  echo "usage: scripts/pulumi-env.sh [--existing] <stack> <command> [args...]" >&2
+  echo "  runs <command>, e.g. pulumi up --stack <stack>, with this project's Pulumi backend and passphrase;" >&2
+  echo "  creates <stack> first unless it exists; with --existing it must exist and nothing is created" >&2
+  exit 2
+}
+
+# Before anything is created: no stack, no command, or an option where the stack belongs is a usage error.
 existing=false
 if [ "${1:-}" = --existing ]; then
   existing=true
   shift
 fi
-stack="${1:?stack}"
+case "${1:-}" in "" | -*) usage ;; esac
+case "${2:-}" in "" | -*) usage ;; esac
+stack="$1"
 shift
 project_dir="$(cd "$(dirname "$0")/.." && pwd)"
 

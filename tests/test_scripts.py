@@ -12,6 +12,7 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 import tarfile
 import tomllib
 from pathlib import Path
@@ -538,6 +539,25 @@ def test_existing_passes_on_why_pulumi_could_not_select_the_stack(tmp_path: Path
     assert "stack init" not in (tmp_path / "pulumi.log").read_text()
 
 
+USAGE = "usage: scripts/pulumi-env.sh [--existing] <stack> <command> [args...]\n"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [[], ["-h"], ["--help"], ["dev"], ["--existing"], ["--existing", "dev"], ["--existing", "--help"], ["dev", "--help"]],
+    ids=lambda args: " ".join(args) or "no-arguments",
+)
+def test_without_a_stack_and_a_command_it_prints_its_usage_and_creates_nothing(tmp_path: Path, args: list[str]) -> None:
+    # Before: no arguments said "line 21: 1: stack", -h became a stack (state, passphrase and
+    # `pulumi stack init --help`), and a stack alone was created with no command run.
+    bin_dir = fake_pulumi(tmp_path, logged_in=False, stacks=[])
+    result = run_env(tmp_path, bin_dir, *args)
+    assert result.returncode == 2
+    assert result.stderr.startswith(USAGE) and result.stdout == ""
+    assert sorted(path.name for path in (tmp_path / "project").iterdir()) == ["scripts"]
+    assert not (tmp_path / "pulumi.log").exists()
+
+
 @pytest.mark.parametrize("script", [FETCH, PULUMI_ENV, PROJECT_DIR / ".ci" / "run"], ids=lambda path: path.name)
 def test_host_scripts_pass_shellcheck(script: Path) -> None:
     assert shellcheck(script.read_text(), shell="bash") == ""
@@ -783,6 +803,103 @@ def test_make_help_documents_the_variables(tmp_path: Path) -> None:
     lines = {line.split()[0]: line for line in result.stdout.splitlines() if line.strip()}
     assert "STACK=dev" in lines and "PYTHON=python3" in lines and "kubeconfig" in lines
     assert "make destroy UP_FLAGS= asks" in lines["UP_FLAGS=--yes"]
+
+
+needs_venv = pytest.mark.skipif(not (PROJECT_DIR / ".venv" / "bin" / "python").exists(), reason="needs the project's .venv")
+
+
+def fresh_python(tmp_path: Path) -> Path:
+    """A $(PYTHON) whose ``-m venv`` makes a virtualenv as chatty on stdout as pip on a first run."""
+    bin_dir = tmp_path / "freshpython"
+    bin_dir.mkdir()
+    python = bin_dir / "python3"
+    executable(
+        python,
+        f"""#!/bin/sh
+if [ "$1 $2" = "-m venv" ]; then
+  mkdir -p "$3/bin"
+  printf '#!/bin/sh\\necho "Successfully installed $*"\\n' > "$3/bin/pip"
+  printf '#!/bin/sh\\nexec {sys.executable} "$@"\\n' > "$3/bin/python"
+  chmod +x "$3/bin/pip" "$3/bin/python"
+  echo "created virtual environment"
+  exit 0
+fi
+exec {sys.executable} "$@"
+""",
+    )
+    return python
+
+
+@needs_make
+@needs_venv
+@pytest.mark.parametrize("venv", ["present", "fresh"])
+def test_make_render_prints_only_the_json(tmp_path: Path, venv: str) -> None:
+    # `make render > render.json`: no echoed command line, and on a fresh clone nothing from
+    # making the virtualenv, on stdout.
+    extra = [] if venv == "present" else [f"PYTHON={fresh_python(tmp_path)}", f"VENV={tmp_path / 'venv'}"]
+    result = run_make(tmp_path, "render", *extra)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["stack"] == "dev"
+    if venv == "fresh":
+        assert (tmp_path / "venv" / ".installed").exists()
+        assert "Successfully installed" in result.stderr and "created virtual environment" in result.stderr
+
+
+@needs_make
+@needs_venv
+def test_make_policy_prints_only_the_findings(tmp_path: Path) -> None:
+    result = run_make(tmp_path, "policy")
+    assert result.returncode == 0, result.stderr
+    assert "tools.policycheck" not in result.stdout
+    assert all(line.split(" ", 1)[0] in {"advisory", "mandatory"} for line in result.stdout.splitlines())
+
+
+@needs_venv
+def test_render_into_a_closed_pipe_exits_without_a_traceback() -> None:
+    # `python -m tools.render --stack dev | head -1`: the reader is gone before the render ends.
+    # Here it is gone before the first byte, so the write fails whatever the pipe's size.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run(
+            [str(PROJECT_DIR / ".venv" / "bin" / "python"), "-m", "tools.render", "--stack", "dev"],
+            cwd=PROJECT_DIR,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr
+    assert result.returncode == 141
+
+
+@needs_make
+@pytest.mark.parametrize("target", ["up", "preview"])
+def test_make_up_and_preview_stop_for_a_stack_with_no_config_file(tmp_path: Path, target: str) -> None:
+    # A mistyped STACK was taken for a new Docker stack, created with the default config and deployed.
+    result = run_make(tmp_path, "-n", target, "STACK=devv")
+    assert result.returncode != 0 and result.stdout == ""
+    assert "no Pulumi.devv.yaml in this project: check STACK, or create the stack's config first" in result.stderr
+    assert "cp Pulumi.dev.yaml Pulumi.devv.yaml" in result.stderr
+    assert "scripts/pulumi-env.sh devv pulumi config set" in result.stderr
+    # Stacks with a config file go on, as do the targets that need an existing stack.
+    for args in ([target], [target, "STACK=example-multihost"], ["destroy", "STACK=devv"], ["validate", "STACK=devv"]):
+        dry_run = run_make(tmp_path, "-n", *args)
+        assert dry_run.returncode == 0, (args, dry_run.stderr)
+
+
+@needs_make
+def test_make_up_stops_for_a_stack_with_no_config_file_before_asking_docker(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "dockerbin"
+    bin_dir.mkdir()
+    executable(bin_dir / "docker", f'#!/bin/sh\necho "$*" >> {tmp_path / "docker.log"}; exit 1\n')
+    result = run_make(tmp_path, "up", "STACK=devv", path=str(bin_dir))
+    assert result.returncode != 0
+    assert "no Pulumi.devv.yaml in this project" in result.stderr
+    assert not (tmp_path / "docker.log").exists()
 
 
 TENANT_KUBECONFIG = "apiVersion: v1\nkind: Config\nclusters:\n- name: tenant-a\n"

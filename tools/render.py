@@ -5,7 +5,7 @@
 
 Prints ``{"stack", "resources": [{"urn", "type", "name", "custom", "parent", "provider", "dependencies",
 "inputs"}], "outputs"}``, with ``options`` on resources that set any and ``read`` on reads. Exit
-status 2 on a configuration error, with the message on stderr.
+status 2 on a configuration error, with the message on stderr; 141, quietly, when stdout closes early.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -54,8 +55,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preview", action="store_true", help="render as a preview of a fresh stack: live values unknown")
     args = parser.parse_args(argv)
     result = render_from_arguments(args, show_secrets=args.show_secrets, preview=args.preview)
-    json.dump(result.to_json(), sys.stdout, indent=2)
-    sys.stdout.write("\n")
+    try:
+        json.dump(result.to_json(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # A reader that stopped early (`| head`): no traceback. As the docs' "Note on SIGPIPE" says,
+        # stdout goes to devnull so the flush at exit fails no more; 141 is a shell's status for SIGPIPE.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     return 0
 
 
