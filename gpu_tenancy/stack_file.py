@@ -93,11 +93,10 @@ _StackFileLoader.add_implicit_resolver(
     re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0o?[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
     list("-+0123456789"),
 )
+# yaml.v3's float (resolve.go, yamlStyleFloat): `1e3` and `1.` are numbers, `1_000.5` is text.
 _StackFileLoader.add_implicit_resolver(
     _FLOAT,
-    re.compile(
-        r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
-    ),
+    re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
     list("-+0123456789."),
 )
 _StackFileLoader.add_constructor(_INT, _StackFileLoader.construct_yaml_int)
@@ -157,10 +156,25 @@ def _read_config(config: dict[Any, Any]) -> tuple[dict[str, Any], list[str]]:
         problems.extend(_not_json(value, full_key))
         if _has_secure(value):
             secret_keys.append(full_key)
-        values[full_key] = _strip_secure(value)
+        values[full_key] = _as_go_json(_strip_secure(value)) if isinstance(value, dict | list) else value
     if problems:
         raise ConfigError(problems)
     return values, secret_keys
+
+
+def _as_go_json(value: Any) -> Any:
+    """An object value as the CLI hands it over: Go's json.Marshal of what yaml.v3 read.
+
+    Every YAML number inside an object is a float64 there, and Go writes a whole one below 1e21
+    without a fraction (``count: 2.0`` reaches the program as 2), where Python's JSON keeps ``2.0``.
+    """
+    if isinstance(value, dict):
+        return {key: _as_go_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_as_go_json(item) for item in value]
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
+        return int(value)
+    return value
 
 
 # The project's own stack files sit beside Pulumi.yaml, one directory up.
