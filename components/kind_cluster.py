@@ -219,9 +219,10 @@ class KindCluster(pulumi.ComponentResource):
             # The cluster is the command's: an update of it (its stdout unknown in a preview) is
             # not a new cluster, and only its replacement replaces what runs on it.
             cluster_identifier=cluster.id,
-            # A kind cluster deleted by hand must not wedge `pulumi destroy`: what lived in it
-            # leaves the state (Helm releases only on `pulumi refresh`, pulumi-kubernetes#2675).
-            delete_unreachable=True,
+            # No delete_unreachable: with it, a `pulumi refresh` while Docker is stopped would drop
+            # everything in the cluster from the state, and the next `pulumi up` collide with it.
+            # Upstream keeps it opt-in for that reason (pulumi-kubernetes#2489); a cluster deleted by
+            # hand is destroyed with PULUMI_K8S_DELETE_UNREACHABLE=true (README, Troubleshooting).
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({"kubeconfig": self.kubeconfig, "nodeSubnets": self.node_subnets})

@@ -277,7 +277,9 @@ class TenantControlPlane(pulumi.ComponentResource):
             # releases, HAMi, tokens). A TCP that is recreated has a new uid, and is a new cluster.
             # Only the preview of a TCP's creation lacks the uid, when the provider is new anyway.
             cluster_identifier=tcp.metadata.apply(lambda metadata: metadata.get("uid")),
-            delete_unreachable=True,
+            # No delete_unreachable, as for the kind cluster's provider: a refresh while the tenant's
+            # API server restarts must not forget Calico, HAMi and the tokens. What lives in the
+            # tenant goes with its TCP (deleted_with), without asking its API server.
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({"kubeconfig": self.kubeconfig, "endpoint": self.endpoint})
