@@ -983,6 +983,17 @@ def _yaml_kind(value: Any) -> str:
     return "a number or boolean" if isinstance(value, bool | int | float) else "text"
 
 
+def _not_text(value: Any, shown: bool) -> str:
+    """Why a value that should be text is not, in YAML's terms: an unquoted version is a number."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and shown:
+        return (
+            f"must be text, not the number {value!r}: quote it as you mean it "
+            "(YAML reads an unquoted 2.10 as the number 2.1 and 1.30 as 1.3)"
+        )
+    kind = "a boolean" if isinstance(value, bool) else _yaml_kind(value)
+    return f"must be text, not {kind}" + ("; quote it" if kind in ("a boolean", "a number or boolean") else "")
+
+
 def _pydantic_problems(error: ValidationError) -> list[tuple[str, str]]:
     problems = []
     for item in error.errors(include_url=False):
@@ -997,6 +1008,9 @@ def _pydantic_problems(error: ValidationError) -> list[tuple[str, str]]:
         if item["type"] in _SHAPES:
             # pydantic names Python classes ("a valid dictionary or instance of Tenant"); say it in YAML's terms.
             message = f"must be {_SHAPES[item['type']]}, not {_yaml_kind(item.get('input'))}"
+        if item["type"] == "string_type":
+            problems.append((path, _not_text(item.get("input"), shown=not _may_hold_a_secret(item["loc"]))))
+            continue
         if (
             isinstance(item.get("input"), str | int | float)
             and repr(item["input"]) not in message

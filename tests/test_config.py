@@ -860,6 +860,15 @@ def test_tenants_whose_names_hash_to_one_slot_still_get_distinct_vips() -> None:
             "tenants[0].podCidr",
             "'10.244.0.0' has no prefix length; write a CIDR such as 10.244.0.0/16",
         ),
+        # An unquoted version is a YAML number: 2.10 arrives as 2.1.
+        (
+            {"versions": {"hami": 2.1}},
+            "versions.hami",
+            "must be text, not the number 2.1: quote it as you mean it (YAML reads an unquoted 2.10 as the number 2.1 "
+            "and 1.30 as 1.3)",
+        ),
+        ({"tenants": [{"name": True}]}, "tenants[0].name", "must be text, not a boolean; quote it"),
+        ({"network": {"pool": ["172.18.255.200"]}}, "network.pool", "must be text, not a list"),
         (
             {"tenants": [{"name": "a", "podCidr": "10.244.1.0/16"}]},
             "tenants[0].podCidr",

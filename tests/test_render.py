@@ -230,5 +230,5 @@ def test_errors_stay_readable_when_a_path_secret_makes_the_whole_key_secret() ->
     with pytest.raises(harness.RenderError) as caught:
         harness.render(config, secret_keys=["gpu-tenancy:tenants", "gpu-tenancy:management"])
     assert "tenants[0].name: 'Team_A' is not a DNS-1035 label" in str(caught.value)
-    assert "tenants[0].workers[0].ssh.privateKey: Input should be a valid string" in str(caught.value)
+    assert "tenants[0].workers[0].ssh.privateKey: must be text, not a number or boolean; quote it" in str(caught.value)
     assert "42" not in str(caught.value)
