@@ -631,6 +631,11 @@ class StackConfig(_Model):
                     "(the cluster's own load balancer serves the VIPs)"
                 ),
             )
+        if self.management.mode == "existing":
+            # Keys of the kind cluster, which an existing cluster does not have: set, they would do nothing.
+            for field, key in (("name", "name"), ("node_image", "nodeImage")):
+                if field in self.management.model_fields_set:
+                    yield f"management.{key}", "is only used with management.mode kind; an existing cluster has its own"
         if self.management.mode == "kind":
             if not self.management.install_cert_manager:
                 yield (

@@ -634,6 +634,18 @@ def existing_with_ssh(*hosts: str, **ssh: Any) -> dict[str, Any]:
     }
 
 
+@pytest.mark.parametrize(("key", "value"), [("name", "lab"), ("nodeImage", "kindest/node:v1.35.7"), ("name", "kamaji")])
+def test_kind_cluster_keys_are_refused_with_an_existing_cluster(key: str, value: str) -> None:
+    # They would do nothing there; the default value written out counts too, since it was set.
+    raw = existing_with_ssh("10.0.0.11")
+    raw["management"][key] = value
+    expected = "is only used with management.mode kind; an existing cluster has its own"
+    assert problem_at(raw, f"management.{key}") == expected
+    raw["management"].update(mode="kind")
+    del raw["management"]["kubeconfig"]
+    assert [where for where, _ in problems_or_none(raw) if where == f"management.{key}"] == []
+
+
 @pytest.mark.parametrize(("version", "accepted"), [("v1.29.9", False), ("v1.30.0", True), ("v0.0.0", False)])
 def test_kubernetes_versions_older_than_kamaji_supports_are_refused(version: str, accepted: bool) -> None:
     raw = {"tenants": [{"name": "a", "kubernetesVersion": version}]}
