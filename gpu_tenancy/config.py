@@ -1016,11 +1016,13 @@ def _pydantic_problems(error: ValidationError) -> list[tuple[str, str]]:
         if item["type"] == "string_type":
             problems.append((path, _not_text(item.get("input"), shown=not _may_hold_a_secret(item["loc"]))))
             continue
-        if (
-            isinstance(item.get("input"), str | int | float)
-            and repr(item["input"]) not in message
-            and not _may_hold_a_secret(item["loc"])
-        ):
-            message = f"{message} (got {item['input']!r})"
+        given = item.get("input")
+        if isinstance(given, str | int | float) and not _may_hold_a_secret(item["loc"]):
+            # A value thousands of characters long is named by its start.
+            shown = repr(given) if len(repr(given)) <= 80 else repr(f"{str(given)[:70]}...")
+            if repr(given) in message:
+                message = message.replace(repr(given), shown)
+            elif not re.search(rf"(?<![\w./]){re.escape(str(given))}(?![\w./])", message):  # named already, unquoted
+                message = f"{message} (got {shown})"
         problems.append((path, message))
     return problems

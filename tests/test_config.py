@@ -451,7 +451,16 @@ def test_names_that_become_longer_upstream_names_are_bounded() -> None:
 def test_cidr_sizes_and_ranges_kubernetes_accepts(key: str, cidr: str, expected: str) -> None:
     raw = dev_config()
     raw["tenants"][0][key] = cidr
-    assert expected in problem_at(raw, f"tenants[0].{key}")
+    message = problem_at(raw, f"tenants[0].{key}")
+    assert expected in message
+    assert "(got" not in message  # the message names the value already
+
+
+def test_a_long_value_is_cut_short_in_a_message() -> None:
+    raw = dev_config()
+    raw["tenants"][0]["kubernetesVersion"] = "v" + "9" * 500
+    message = problem_at(raw, "tenants[0].kubernetesVersion")
+    assert len(message) < 200 and message.startswith("'v999") and "...' is not a Kubernetes version" in message, message
 
 
 def test_a_service_range_beyond_a_12_needs_kubernetes_1_34() -> None:
