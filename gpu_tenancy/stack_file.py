@@ -153,6 +153,15 @@ def _read_config(config: dict[Any, Any]) -> tuple[dict[str, Any], list[str]]:
             problems.append((key, f"{again}; keep one"))
         given_as[full_key] = key
         problems.extend(_not_json_key(raw_key, "config"))
+        if full_key.startswith(f"{CONFIG_NAMESPACE}:") and isinstance(value, dict) and set(value) == {"secure"}:
+            problems.append(
+                (
+                    key,
+                    "is encrypted as a whole (secure:), which the offline tools cannot decrypt (pulumi up can); to "
+                    "check it offline, keep only its secret fields secret: pulumi config set --secret --path "
+                    f"'{full_key}.<field>' (e.g. tenants[0].workers[0].ssh.privateKey)",
+                )
+            )
         problems.extend(_not_json(value, full_key))
         if _has_secure(value):
             secret_keys.append(full_key)

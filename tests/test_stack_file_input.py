@@ -315,3 +315,18 @@ def test_tools_read_json_text_values_as_the_program_does(tmp_path: Path) -> None
     assert [card.model.model for card in config.tenants[0].cards] == ["L4", "L4"]
     rendered = harness.render_file(path)
     assert rendered.find("docker:index/container:Container", "w")
+
+
+def test_a_key_encrypted_as_a_whole_is_named_as_such(tmp_path: Path) -> None:
+    # Offline there is no passphrase: the key cannot be read, and "must be a list, not text" would mislead.
+    path = write(tmp_path, "Pulumi.x.yaml", "config:\n  gpu-tenancy:tenants:\n    secure: v1:abc:def\n")
+    [(key, message)] = problems(path)
+    assert key == "gpu-tenancy:tenants"
+    assert message.startswith("is encrypted as a whole (secure:), which the offline tools cannot decrypt (pulumi up can)")
+    # Secret fields inside a key stay readable placeholders, as before.
+    path.write_text("config:\n  gpu-tenancy:management:\n    kubeconfig:\n      secure: v1:abc:def\n")
+    values, secret_keys = read_stack_file(path)
+    assert secret_keys == ["gpu-tenancy:management"] and values["gpu-tenancy:management"]["kubeconfig"].startswith("<secure")
+    # Another namespace's whole secret is not this program's to read.
+    path.write_text("config:\n  aws:secretKey:\n    secure: v1:abc:def\n")
+    assert read_stack_file(path)[1] == ["aws:secretKey"]
