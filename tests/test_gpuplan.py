@@ -295,6 +295,16 @@ def test_unknown_tenant_exits_2(stack_files, capsys):
     assert capsys.readouterr().err == "error: no tenant 'gamma' in the stack; tenants: alpha, beta\n"
 
 
+@pytest.mark.parametrize("stack_yaml", ["config: {}\n", "config:\n  gpu-tenancy:tenants: []\n"])
+def test_a_stack_without_tenants_exits_2(stack_files, stack_yaml, capsys):
+    stack, pods = stack_files
+    stack.write_text(stack_yaml)
+    code, out = run_main(["--config", str(stack), "--pods", str(pods)])
+    assert (code, out) == (2, "")
+    expected = f"error: {stack} declares no tenants (gpu-tenancy:tenants): there is nothing to plan pods in\n"
+    assert capsys.readouterr().err == expected
+
+
 def test_config_error_exits_2(tmp_path, capsys):
     bad = tmp_path / "Pulumi.bad.yaml"
     bad.write_text("config:\n  gpu-tenancy:tenants:\n    - name: x\n      workers: [{name: w, gpus: [{model: B200}]}]\n")

@@ -51,8 +51,11 @@ A tenant's ``quota`` applies to pods in its namespace (``metadata.namespace``, d
 allocated card (pod, tenant, container, node, card index, MiB, cores) or the reason, then each
 card's memory, cores and task slots in use.
 
-Exit status 2, with the reason on stderr, on malformed input or an invalid stack configuration;
-0 otherwise, whether or not every pod fits.
+Exit status 2, with the reason on stderr, on malformed input or an invalid stack configuration,
+as far as the stack file alone shows it: the checks of addresses against the kind network run in
+the program, on the live network at ``pulumi up`` (``tools.render`` runs them against kind's usual
+one). A stack without tenants is an error too: there is nothing to plan in. 0 otherwise, whether
+or not every pod fits.
 """
 
 from __future__ import annotations
@@ -367,6 +370,8 @@ def run_stack(path: Path, pods_file: Path, forced: str | None, with_quota: bool,
     if not is_file(pods_file):
         raise PlacementInputError(f"no such pods file: {pods_file}")
     config = load_stack_config(path)
+    if not config.tenants:
+        raise PlacementInputError(f"{path} declares no tenants (gpu-tenancy:tenants): there is nothing to plan pods in")
     pods = read_manifests(pods_file)
     pod_table: list[tuple[str, ...]] = [POD_HEADER]
     card_table: list[tuple[str, ...]] = [CARD_HEADER]
