@@ -34,8 +34,14 @@ shift
 project_dir="$(cd "$(dirname "$0")/.." && pwd)"
 
 if ! command -v pulumi >/dev/null 2>&1; then
-  echo "the Pulumi CLI is not on PATH: run this through make (\`make up\`, \`make destroy\`, ...," \
-    "which put .tools/bin on PATH), or install it (https://www.pulumi.com/docs/install/)" >&2
+  if [ -x "$project_dir/.tools/bin/pulumi" ]; then
+    echo "the Pulumi CLI is not on PATH: run this through make (\`make up\`, \`make destroy\`, ...," \
+      "which put .tools/bin on PATH), or prefix PATH=\"$project_dir/.tools/bin:\$PATH\"" >&2
+  else
+    # Through make too (make kubeconfig fetches nothing): nothing in .tools/bin yet.
+    echo "the Pulumi CLI is not on PATH and not fetched yet: \`make tools\` fetches it into .tools/bin," \
+      "or install it (https://www.pulumi.com/docs/install/)" >&2
+  fi
   exit 2
 fi
 

@@ -463,9 +463,11 @@ def test_an_empty_passphrase_file_variable_is_ignored_as_pulumi_ignores_it(tmp_p
     assert (tmp_path / "pulumi.log").read_text().splitlines()[-1].endswith(f" passfile={project}/.pulumi-passphrase")
 
 
-def test_without_the_pulumi_cli_it_says_how_to_get_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fetched", [True, False])
+def test_without_the_pulumi_cli_it_says_how_to_get_one(tmp_path: Path, fetched: bool) -> None:
     # Run by hand, .tools/bin is not on PATH; before, a missing CLI read as "not logged in" and the
-    # script created .pulumi-state and a passphrase before failing on `stack init`.
+    # script created .pulumi-state and a passphrase before failing on `stack init`. Through make
+    # with nothing fetched yet (make kubeconfig fetches nothing), "run it through make" went round in a circle.
     bin_dir = tmp_path / "nopulumi"
     bin_dir.mkdir()
     for tool in ("dirname", "mkdir", "head", "od", "tr", "grep", "sed", "mv"):
@@ -475,6 +477,9 @@ def test_without_the_pulumi_cli_it_says_how_to_get_one(tmp_path: Path) -> None:
     project = tmp_path / "project"
     (project / "scripts").mkdir(parents=True)
     (project / "scripts" / "pulumi-env.sh").write_text(PULUMI_ENV.read_text())
+    if fetched:
+        (project / ".tools" / "bin").mkdir(parents=True)
+        executable(project / ".tools" / "bin" / "pulumi", "#!/bin/sh\necho v3.272.0\n")
     result = subprocess.run(
         [BASH, str(project / "scripts" / "pulumi-env.sh"), "dev", "pulumi", "up"],
         env={"PATH": str(bin_dir), "HOME": str(tmp_path)},
@@ -484,8 +489,13 @@ def test_without_the_pulumi_cli_it_says_how_to_get_one(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 2
-    assert "the Pulumi CLI is not on PATH" in result.stderr and "make" in result.stderr and ".tools/bin" in result.stderr
-    assert sorted(path.name for path in project.iterdir()) == ["scripts"]
+    if fetched:
+        assert "the Pulumi CLI is not on PATH: run this through make" in result.stderr
+        assert f'prefix PATH="{project}/.tools/bin:$PATH"' in result.stderr
+    else:
+        assert "the Pulumi CLI is not on PATH and not fetched yet: `make tools` fetches it" in result.stderr
+        assert "through make" not in result.stderr
+    assert sorted(path.name for path in project.iterdir()) == ([".tools", "scripts"] if fetched else ["scripts"])
 
 
 def test_existing_refuses_to_create_a_stack(tmp_path: Path) -> None:
