@@ -31,6 +31,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from . import addressing, gpus, versions
+from .conventions import KAMAJI_DEFAULT_DATA_STORE
 from .versions import kubernetes_minor
 
 CONFIG_NAMESPACE = "gpu-tenancy"
@@ -680,8 +681,10 @@ class StackConfig(_Model):
                 yield (
                     f"tenants[{i}].dataStore",
                     (
-                        f"{tenant.data_store!r} names an existing DataStore, but the kind management cluster this stack "
-                        "creates has only Kamaji's default one: use shared or dedicated"
+                        f"'{KAMAJI_DEFAULT_DATA_STORE}' is Kamaji's default DataStore, which shared uses: write shared"
+                        if tenant.data_store == KAMAJI_DEFAULT_DATA_STORE
+                        else f"{tenant.data_store!r} names an existing DataStore, but the kind management cluster this "
+                        "stack creates has only Kamaji's default one: use shared or dedicated"
                     ),
                 )
 

@@ -593,6 +593,8 @@ def test_a_named_datastore_needs_an_existing_management_cluster() -> None:
     raw = dev_config()
     raw["tenants"][0]["dataStore"] = "gold"
     assert "has only Kamaji's default one: use shared or dedicated" in problem_at(raw, "tenants[0].dataStore")
+    raw["tenants"][0]["dataStore"] = "default"  # that one exists, and shared is its name here
+    assert problem_at(raw, "tenants[0].dataStore") == "'default' is Kamaji's default DataStore, which shared uses: write shared"
 
 
 def test_more_tenants_than_the_derived_pool_holds_need_a_pool() -> None:
