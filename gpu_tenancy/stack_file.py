@@ -93,11 +93,17 @@ _StackFileLoader.add_implicit_resolver(
     re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0o?[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
     list("-+0123456789"),
 )
-# yaml.v3's float (resolve.go, yamlStyleFloat): `1e3` and `1.` are numbers, `1_000.5` is text.
+# yaml.v3's floats (resolve.go): a scalar starting with a digit or sign is a number if, its
+# underscores removed, it matches yamlStyleFloat (`1e3`, `1.`, `1_000.5`); one starting with '.'
+# only as Go's ParseFloat reads it, underscores not allowed (`.5`, never `._5`).
+_DIGITS = r"_*(?:[0-9]_*)+"
 _StackFileLoader.add_implicit_resolver(
     _FLOAT,
-    re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
-    list("-+0123456789."),
+    re.compile(rf"^[-+]?(?:_*\.{_DIGITS}|{_DIGITS}(?:\.(?:_*[0-9])*_*)?)(?:[eE]_*[-+]?{_DIGITS})?$|^[-+]\.(?:inf|Inf|INF)$"),
+    list("-+0123456789"),
+)
+_StackFileLoader.add_implicit_resolver(
+    _FLOAT, re.compile(r"^\.[0-9]+(?:[eE][-+]?[0-9]+)?$|^\.(?:inf|Inf|INF|nan|NaN|NAN)$"), ["."]
 )
 _StackFileLoader.add_constructor(_INT, _StackFileLoader.construct_yaml_int)
 _StackFileLoader.add_constructor(_BOOL, _StackFileLoader.construct_yaml_bool)
@@ -174,7 +180,7 @@ def _read_config(config: dict[Any, Any]) -> tuple[dict[str, Any], list[str]]:
 def _as_go_json(value: Any) -> Any:
     """An object value as the CLI hands it over: Go's json.Marshal of what yaml.v3 read.
 
-    Every YAML number inside an object is a float64 there, and Go writes a whole one below 1e21
+    yaml.v3 reads ``2.0`` inside an object as a float64, and Go's JSON writes a whole one below 1e21
     without a fraction (``count: 2.0`` reaches the program as 2), where Python's JSON keeps ``2.0``.
     """
     if isinstance(value, dict):

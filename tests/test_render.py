@@ -178,9 +178,13 @@ def test_stack_files_are_read_as_the_pulumi_cli_reads_them(tmp_path: Path) -> No
         "again": {"p": 1, "q": 2},
     }
     # Numbers in an object are float64 to yaml.v3, and Go's JSON writes whole ones without a fraction.
-    stack.write_text("config:\n  x: {a: 2.0, b: 1e4, c: 2.5, d: 1_000.5, e: 1., f: -3E2, g: 1e21, h: 7}\n  y: 2.0\n")
+    # yaml.v3 drops underscores before it reads a number that starts with a digit or sign, not one that starts with '.'.
+    stack.write_text(
+        "config:\n  x: {a: 2.0, b: 1e4, c: 2.5, d: 1_000.5, e: 1., f: -3E2, g: 1e21, h: 7, i: ._5, j: .5}\n  y: 2.0\n"
+    )
     values = read_stack_file(stack)[0]
-    assert values["gpu-tenancy:x"] == {"a": 2, "b": 10000, "c": 2.5, "d": "1_000.5", "e": 1, "f": -300, "g": 1e21, "h": 7}
+    expected = {"a": 2, "b": 10000, "c": 2.5, "d": 1000.5, "e": 1, "f": -300, "g": 1e21, "h": 7, "i": "._5", "j": 0.5}
+    assert values["gpu-tenancy:x"] == expected
     assert [type(values["gpu-tenancy:x"][key]) for key in "abg"] == [int, int, float]
     assert values["gpu-tenancy:y"] == 2.0  # a scalar key is the text as written, which the CLI hands over as such
     stack.write_text("config:\n  gpu-tenancy:tenants: [{name: a, workers: [{name: w, gpus: [{model: L4, count: 2.0}]}]}]\n")
