@@ -59,11 +59,11 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt policies/requirements.
 
 venv: $(VENV)/.installed ## Create the virtualenv with every requirement.
 
-tools: ## Fetch kind (if the stack uses it) and the Pulumi CLI into .tools/bin unless those on PATH fit the pins.
+# After the virtualenv, which reads the stack to tell whether it needs kind at all.
+tools: venv ## Fetch kind (if the stack uses it) and the Pulumi CLI into .tools/bin unless those on PATH fit the pins.
 	@[ -n "$(KIND_VERSION)" ] && [ -n "$(PULUMI_VERSION)" ] || { echo "could not read the pinned versions from gpu_tenancy/versions.py with $(PYTHON) (Python 3.11+; e.g. make up PYTHON=python3.12)" >&2; exit 1; }
-	@# Without the virtualenv the stack cannot be read: fetch both.
 	@kind=$(KIND_VERSION); uses=0; \
-	[ ! -x $(VENV)/bin/python ] || $(VENV)/bin/python -m tools.preflight --stack $(STACK) --needs kind || uses=$$?; \
+	$(VENV)/bin/python -m tools.preflight --stack $(STACK) --needs kind || uses=$$?; \
 	[ "$$uses" != 3 ] || kind=; \
 	scripts/fetch-tools.sh $(TOOLS) "$$kind" $(PULUMI_VERSION)
 

@@ -384,12 +384,13 @@ def _ssh_host(value: str) -> str:
     if mapped is not None:
         # The same machine as the IPv4 address, which the checks on other hosts and CIDRs compare.
         raise ValueError(f"{value!r} is the IPv4 address {mapped} written as IPv6; write {mapped}")
-    if address.is_unspecified or address.is_multicast or (address.version == 4 and address in _RESERVED_IPV4):
-        raise ValueError(f"{value!r} is an unspecified, multicast, broadcast or reserved address, not a machine's")
+    if address.is_unspecified or address.is_multicast:
+        raise ValueError(f"{value!r} is an unspecified or multicast address, not a machine's")
+    for special, kind in _UNROUTABLE.items():
+        # Loopback (pulumi up on the host itself) and link-local addresses are machines' own.
+        if kind not in ("loopback", "link-local") and address in special:
+            raise ValueError(f"{value!r} is in the {kind} range {special}, not a machine's address")
     return value
-
-
-_RESERVED_IPV4: Final = ipaddress.IPv4Network("240.0.0.0/4")  # the limited broadcast address included
 
 
 def _ssh_host_name(value: str) -> str:

@@ -67,8 +67,8 @@ JOIN_RETRY_SECONDS: Final = 20
 # What a machine is joined as: its endpoint, the CA it trusts there and its node name, written by
 # the join that made it so.
 JOIN_RECORD: Final = f"{MACHINE_STATE_DIR}/joined"
-# Undoing a join; the record goes with it.
-LEAVE_SCRIPT: Final = f"kubeadm reset --force; rm -f {JOIN_RECORD}"
+# Undoing a join; the record goes with it, once the reset has succeeded (a failed one fails the delete).
+LEAVE_SCRIPT: Final = f"kubeadm reset --force && rm -f {JOIN_RECORD}"
 # A machine that has just started (a new worker container) may still be starting containerd.
 RUNTIME_WAIT_SECONDS: Final = 120
 # A restarted kubelet reports its version on the Node within seconds of starting.

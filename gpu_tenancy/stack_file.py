@@ -119,11 +119,13 @@ _NOT_JSON: dict[type, str] = {
 }
 
 
-def read_stack_file(path: Path) -> tuple[dict[str, Any], list[str]]:
+def read_stack_file(path: Path, *, whole_secrets: bool = False) -> tuple[dict[str, Any], list[str]]:
     """The file's config as ``{"namespace:key": value}`` plus the keys holding ``secure:`` values.
 
     Secure values cannot be decrypted offline; they become readable placeholders, and their keys
-    are reported so callers can mark them secret as the engine would.
+    are reported so callers can mark them secret as the engine would. A key of ours encrypted as a
+    whole is an error, since nothing of it can be checked, unless ``whole_secrets`` (for a caller
+    that reads only the keys it can, such as tools.preflight).
     """
     try:
         document = yaml.load(path.read_text(encoding="utf-8"), Loader=_StackFileLoader) or {}
@@ -139,12 +141,12 @@ def read_stack_file(path: Path) -> tuple[dict[str, Any], list[str]]:
     if misspelt:
         raise ConfigError(misspelt)
     try:
-        return _read_config(config or {})
+        return _read_config(config or {}, whole_secrets)
     except RecursionError:  # an alias inside itself (`&a [*a]`), or nesting deeper than Python recurses
         raise ConfigError([("", f"cannot read {path}: a value contains itself or is nested too deeply")]) from None
 
 
-def _read_config(config: dict[Any, Any]) -> tuple[dict[str, Any], list[str]]:
+def _read_config(config: dict[Any, Any], whole_secrets: bool) -> tuple[dict[str, Any], list[str]]:
     values: dict[str, Any] = {}
     secret_keys: list[str] = []
     problems: list[tuple[str, str]] = []
@@ -159,7 +161,8 @@ def _read_config(config: dict[Any, Any]) -> tuple[dict[str, Any], list[str]]:
             problems.append((key, f"{again}; keep one"))
         given_as[full_key] = key
         problems.extend(_not_json_key(raw_key, "config"))
-        if full_key.startswith(f"{CONFIG_NAMESPACE}:") and isinstance(value, dict) and set(value) == {"secure"}:
+        whole = isinstance(value, dict) and set(value) == {"secure"}
+        if whole and not whole_secrets and full_key.startswith(f"{CONFIG_NAMESPACE}:"):
             problems.append(
                 (
                     key,
@@ -197,8 +200,8 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
 def stack_file(stack: str) -> Path:
-    """The project's ``Pulumi.<stack>.yaml``."""
-    return PROJECT_DIR / f"Pulumi.{stack}.yaml"
+    """The project's ``Pulumi.<stack>.yaml``; a fully qualified ``org/project/stack`` names its last part, as the CLI does."""
+    return PROJECT_DIR / f"Pulumi.{stack.rsplit('/', 1)[-1]}.yaml"
 
 
 def is_file(path: Path) -> bool:

@@ -559,6 +559,7 @@ def test_konnectivity_is_an_image_tag_with_v(version: str) -> None:
     [
         ("1.0.1", "2.10.0", True),
         ("1.0.0", "2.9.0", True),
+        ("1.0.1@sha256:" + "a" * 64, "2.10.0", True),
         ("1.0.1@sha256:" + "a" * 64, "2.9.0-rc.1+x", False),  # a pre-release of 2.9.0 comes before it
         ("1.0.1", "2.8.0", False),
         ("1.0.2", "2.10.0", False),
@@ -763,10 +764,12 @@ def test_vips_pools_and_tenant_networks_keep_off_the_ssh_hosts() -> None:
         ({"host": "0x0a.0.0.1"}, "host", "write 10.0.0.1"),
         ({"host": "10.0.0.256"}, "host", "'10.0.0.256' is not an IPv4 address: four decimal parts of 0-255"),
         ({"host": "::ffff:10.0.0.1"}, "host", "'::ffff:10.0.0.1' is the IPv4 address 10.0.0.1 written as IPv6; write 10.0.0.1"),
-        *(
-            ({"host": address}, "host", f"{address!r} is an unspecified, multicast, broadcast or reserved address")
-            for address in ("0.0.0.0", "::", "224.0.0.1", "ff02::1", "255.255.255.255", "240.0.0.1")
-        ),
+        *(({"host": address}, "host", f"{address!r} is an unspecified or multicast address") for address in ("::", "ff02::1")),
+        ({"host": "0.0.0.0"}, "host", "'0.0.0.0' is an unspecified or multicast address"),
+        ({"host": "0.1.2.3"}, "host", "'0.1.2.3' is in the unspecified range 0.0.0.0/8, not a machine's address"),
+        ({"host": "224.0.0.1"}, "host", "'224.0.0.1' is an unspecified or multicast address"),
+        ({"host": "255.255.255.255"}, "host", "'255.255.255.255' is in the reserved range 240.0.0.0/4"),
+        ({"host": "240.0.0.1"}, "host", "'240.0.0.1' is in the reserved range 240.0.0.0/4"),
         ({"user": "root user"}, "user", "is not a login name"),
         ({"hostKey": "not a key"}, "hostKey", "is not a public key as known_hosts holds it"),
         ({"hostKey": "ssh-ed25519 A"}, "hostKey", "is not a public key as known_hosts holds it"),  # not base64

@@ -664,6 +664,9 @@ def test_make_up_checks_docker_before_fetching_tools_or_running_pulumi() -> None
     makefile = (PROJECT_DIR / "Makefile").read_text()
     prerequisites = re.search(r"^up:([^#\n]*)", makefile, re.MULTILINE)
     assert prerequisites and prerequisites[1].split() == ["venv", "preflight", "tools"]
+    # tools reads the stack (does it need kind?) with the virtualenv's Python: make -j or make tools alone.
+    tools = re.search(r"^tools:([^#\n]*)", makefile, re.MULTILINE)
+    assert tools and tools[1].split() == ["venv"]
 
 
 @pytest.mark.parametrize(
@@ -681,6 +684,12 @@ def test_make_up_checks_docker_before_fetching_tools_or_running_pulumi() -> None
         # JSON text, as the program reads it.
         ('config:\n  gpu-tenancy:management: \'{"mode": "existing"}\'\n', preflight.DOES_NOT_NEED),
         ("config:\n  gpu-tenancy:management: {mode: existing}\n", preflight.DOES_NOT_NEED),  # no workers yet
+        # Tenants encrypted as a whole: unreadable offline, which is no reason to ask for Docker.
+        (
+            "config:\n  gpu-tenancy:management: {mode: existing, kubeconfig: {secure: v1:a}}\n"
+            "  gpu-tenancy:tenants: {secure: v1:b}\n",
+            preflight.DOES_NOT_NEED,
+        ),
     ],
 )
 def test_only_stacks_that_use_docker_get_the_docker_checks(

@@ -18,7 +18,8 @@ import pytest
 
 from gpu_tenancy.config import ConfigError
 from gpu_tenancy.placement import PlacementInputError, parse_quantity
-from gpu_tenancy.stack_file import load_stack_config, read_stack_file
+from gpu_tenancy.stack_file import PROJECT_DIR as STACK_DIR
+from gpu_tenancy.stack_file import load_stack_config, read_stack_file, stack_file
 from tools import gpuplan, harness, policycheck, render
 from tools.validation import outputs
 
@@ -330,3 +331,9 @@ def test_a_key_encrypted_as_a_whole_is_named_as_such(tmp_path: Path) -> None:
     # Another namespace's whole secret is not this program's to read.
     path.write_text("config:\n  aws:secretKey:\n    secure: v1:abc:def\n")
     assert read_stack_file(path)[1] == ["aws:secretKey"]
+
+
+@pytest.mark.parametrize("stack", ["dev", "acme/dev", "acme/gpu-tenancy/dev"])
+def test_a_fully_qualified_stack_name_has_the_stack_file_of_its_last_part(stack: str) -> None:
+    # As the CLI names a stack's config file (make up STACK=acme/gpu-tenancy/dev).
+    assert stack_file(stack) == STACK_DIR / "Pulumi.dev.yaml"
