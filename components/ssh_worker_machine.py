@@ -6,6 +6,7 @@ import shlex
 
 import pulumi
 import pulumi_command as command
+import pulumi_random as random
 
 from gpu_tenancy import addressing, conventions
 from gpu_tenancy.config import SshTarget, kubernetes_minor
@@ -126,8 +127,9 @@ _CLEAN_UP = (
 )
 
 
-def owner(project: str, stack: str, worker: str) -> str:
-    return f"{project}/{stack}/{worker}"
+def owner(project: str, stack: str, worker: str, unique: str) -> str:
+    """Readable, and unique to this worker of this stack's state: two checkouts may both deploy ``dev``."""
+    return f"{project}/{stack}/{worker}/{unique}"
 
 
 def owned(owner: str, delete: str) -> str:
@@ -145,7 +147,7 @@ def owned(owner: str, delete: str) -> str:
     )
 
 
-def prepare_environment(kubernetes_version: str, gpu_mode: str, owner: str) -> dict[str, str]:
+def prepare_environment(kubernetes_version: str, gpu_mode: str, owner: pulumi.Input[str]) -> dict[str, pulumi.Input[str]]:
     major, minor = kubernetes_minor(kubernetes_version)
     return {
         "KUBERNETES_VERSION": kubernetes_version,
@@ -174,7 +176,11 @@ class SshWorkerMachine(pulumi.ComponentResource):
     ) -> None:
         super().__init__("gpu-tenancy:worker:SshWorkerMachine", name, None, opts)
         self.hostname = name
-        self._owner = owner(pulumi.get_project(), pulumi.get_stack(), name)
+        # As the kind cluster's owner: a RandomUuid in this stack's state tells its hosts from
+        # those of a stack of the same name elsewhere.
+        unique = random.RandomUuid(f"{name}-owner", opts=pulumi.ResourceOptions(parent=self))
+        project, stack = pulumi.get_project(), pulumi.get_stack()
+        self._owner = unique.result.apply(lambda result: owner(project, stack, name, result))
         self._connection = command.remote.ConnectionArgs(
             host=ssh.host,
             port=ssh.port,
@@ -239,7 +245,7 @@ class SshWorkerMachine(pulumi.ComponentResource):
             name,
             connection=self._connection,
             create="sudo -n sh -s",
-            delete=f"sudo -n sh -c {shlex.quote(owned(self._owner, delete))}" if delete else None,
+            delete=self._owner.apply(lambda mine: f"sudo -n sh -c {shlex.quote(owned(mine, delete))}") if delete else None,
             stdin=pulumi.Output.concat(prelude(environment), secret_prelude(secrets), script),
             triggers=triggers,
             logging=command.remote.Logging.STDERR,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,9 @@ from tests.shell import executable
 from tools import harness
 
 REMOTE = "command:remote:Command"
-OWNER = "gpu-tenancy/dev/gpu-host-1"
+# The mock's RandomUuid of worker gpu-host-1 (tools.harness: a UUID5 of its resource name).
+UNIQUE = str(uuid.uuid5(uuid.NAMESPACE_URL, "gpu-tenancy:gpu-host-1-owner"))
+OWNER = f"gpu-tenancy/dev/gpu-host-1/{UNIQUE}"
 BINDING = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
 KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nfake\n-----END OPENSSH PRIVATE KEY-----\n"
 
@@ -346,8 +349,10 @@ def run_delete(tmp_path: Path, delete: str, owner_on_host: str | None) -> tuple[
     [
         (OWNER, True),
         (None, True),  # prepared before owners were written: cleaned up as before
-        ("gpu-tenancy/dev/gpu-host-1b", False),  # the worker renamed: the new name already joined it
-        ("gpu-tenancy/staging/gpu-host-1", False),  # taken over by another stack
+        (f"gpu-tenancy/dev/gpu-host-1b/{uuid.uuid4()}", False),  # the worker renamed: the new name already joined it
+        (f"gpu-tenancy/staging/gpu-host-1/{UNIQUE}", False),  # taken over by another stack
+        # A stack of the same name from another checkout or backend: its own RandomUuid.
+        (f"gpu-tenancy/dev/gpu-host-1/{uuid.uuid4()}", False),
     ],
 )
 def test_a_deleted_worker_leaves_a_host_that_now_belongs_to_another_alone(
@@ -372,10 +377,13 @@ def test_a_cleaned_up_host_keeps_no_owner(tmp_path: Path) -> None:
     assert "apt-get" in log and not (tmp_path / OWNER_FILE.removeprefix("/")).parent.exists()
 
 
-def test_each_ssh_worker_is_owned_by_its_stack_and_name() -> None:
+def test_each_ssh_worker_is_owned_by_its_stack_name_and_a_uuid_of_its_state() -> None:
     render = render_config(ssh_stack("v1.36.4"), stack="staging", show_secrets=True)
-    stdin = render.one(REMOTE, "gpu-host-1-prepare")["inputs"]["stdin"]
-    assert f"GPU_TENANCY_OWNER={owner('gpu-tenancy', 'staging', 'gpu-host-1')}\n" in stdin
-    assert owner("gpu-tenancy", "staging", "gpu-host-1") == "gpu-tenancy/staging/gpu-host-1"
+    unique = render.one("random:index/randomUuid:RandomUuid", "gpu-host-1-owner")
+    mine = owner("gpu-tenancy", "staging", "gpu-host-1", UNIQUE)
+    assert mine == f"gpu-tenancy/staging/gpu-host-1/{UNIQUE}"
+    prepare = render.one(REMOTE, "gpu-host-1-prepare")
+    assert f"GPU_TENANCY_OWNER={mine}\n" in prepare["inputs"]["stdin"]
+    assert unique["urn"] in prepare["dependencies"]
     for command in render.find(REMOTE):
-        assert "!= gpu-tenancy/staging/gpu-host-1 ]; then" in command["inputs"]["delete"], command["name"]
+        assert f"!= {mine} ]; then" in command["inputs"]["delete"], command["name"]
