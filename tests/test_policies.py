@@ -243,6 +243,14 @@ def node_port(document: dict, tenant: str, port: int, konnectivity: int) -> None
     tenant_spec["addons"]["konnectivity"]["server"]["port"] = konnectivity
 
 
+def vip(document: dict, tenant: str, address: str) -> None:
+    """The tenant's TCP at ``address``, asked of MetalLB as the program asks it."""
+    spec(document, tenant)["networkProfile"].update(address=address)
+    spec(document, tenant)["controlPlane"]["service"]["additionalMetadata"]["annotations"].update(
+        {"metallb.io/loadBalancerIPs": address}
+    )
+
+
 def pool_elsewhere(document: dict, addresses: str, provider: str) -> None:
     """A second MetalLB pool, on the cluster ``provider`` reaches."""
     pool = copy.deepcopy(record(document, POOL, "gpu-tenancy-management-address-pool"))
@@ -567,12 +575,7 @@ CASES = [
     Case(
         "address-outside-the-pool",
         "control-plane-exposure",
-        lambda d: (
-            spec(d, "tenant-a")["networkProfile"].update(address="172.18.0.50"),
-            spec(d, "tenant-a")["controlPlane"]["service"]["additionalMetadata"]["annotations"].update(
-                {"metallb.io/loadBalancerIPs": "172.18.0.50"}
-            ),
-        ),
+        lambda d: vip(d, "tenant-a", "172.18.0.50"),
         "address 172.18.0.50 lies outside the MetalLB pool 172.18.255.200-172.18.255.250",
     ),
     Case(
@@ -580,10 +583,7 @@ CASES = [
         "address-in-another-clusters-pool",
         "control-plane-exposure",
         lambda d: (
-            spec(d, "tenant-a")["networkProfile"].update(address="172.18.0.50"),
-            spec(d, "tenant-a")["controlPlane"]["service"]["additionalMetadata"]["annotations"].update(
-                {"metallb.io/loadBalancerIPs": "172.18.0.50"}
-            ),
+            vip(d, "tenant-a", "172.18.0.50"),
             pool_elsewhere(d, "172.18.0.50/32", provider_of(d, RELEASE, "tenant-b-hami")),  # tenant-b's own cluster
         ),
         "address 172.18.0.50 lies outside the MetalLB pool 172.18.255.200-172.18.255.250",

@@ -695,10 +695,15 @@ def test_make_up_checks_docker_before_fetching_tools_or_running_pulumi() -> None
 def test_only_stacks_that_use_docker_get_the_docker_checks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stack_yaml: str | None, status: int
 ) -> None:
+    assert preflight_of(tmp_path, monkeypatch, stack_yaml) == status
+
+
+def preflight_of(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stack_yaml: str | None, *args: str) -> int:
+    """tools.preflight's exit status for stack ``x`` with this stack file (none: a new stack)."""
     if stack_yaml is not None:
         (tmp_path / "Pulumi.x.yaml").write_text(stack_yaml)
     monkeypatch.setattr(stack_file_module, "PROJECT_DIR", tmp_path)
-    assert preflight.main(["--stack", "x"]) == status
+    return preflight.main(["--stack", "x", *args])
 
 
 @pytest.mark.parametrize(
@@ -715,10 +720,7 @@ def test_only_stacks_that_use_docker_get_the_docker_checks(
 def test_only_stacks_with_a_kind_cluster_need_kind(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stack_yaml: str | None, status: int
 ) -> None:
-    if stack_yaml is not None:
-        (tmp_path / "Pulumi.x.yaml").write_text(stack_yaml)
-    monkeypatch.setattr(stack_file_module, "PROJECT_DIR", tmp_path)
-    assert preflight.main(["--stack", "x", "--needs", "kind"]) == status
+    assert preflight_of(tmp_path, monkeypatch, stack_yaml, "--needs", "kind") == status
 
 
 @needs_make
