@@ -17,10 +17,31 @@ from .worker_machine import prelude, secret_prelude
 # Every step checks before it changes anything, so a re-run converges without side effects.
 # Which worker of which stack a host is (see owned): its first step, before anything else changes.
 OWNER_FILE = f"{conventions.MACHINE_STATE_DIR}/owner"
+# Present only where the unified (v2) hierarchy is mounted at /sys/fs/cgroup.
+CGROUP_V2_FILE = "/sys/fs/cgroup/cgroup.controllers"
+# The first minor whose kubelet refuses cgroup v1 by default (failCgroupV1, KEP-5573).
+FIRST_MINOR_WITHOUT_CGROUP_V1 = 35
 
 _PREPARE = (
     f"""set -eu
 : "${{KUBERNETES_MINOR:?}}" "${{KUBERNETES_VERSION:?}}" "${{GPU_MODE:?}}" "${{{conventions.ENV_OWNER}:?}}"
+# A host another stack or project prepared stays its: resetting and joining it here would leave
+# that cluster's node NotReady. Another worker of this stack may take it over (a rename).
+if [ -f {OWNER_FILE} ]; then
+  case "$(cat {OWNER_FILE})" in
+    "${{{conventions.ENV_OWNER}%/*/*}}"/*) ;;
+    *) echo "this host belongs to $(cat {OWNER_FILE}) (project/stack/worker/id): remove that worker from its" \\
+         "stack first, or delete {OWNER_FILE} if that stack is gone" >&2
+       exit 1 ;;
+  esac
+fi
+# kubeadm only warns about cgroup v1; the kubelet then never starts and the join fails after
+# five attempts without saying why.
+if [ "${{KUBERNETES_MINOR#v1.}}" -ge {FIRST_MINOR_WITHOUT_CGROUP_V1} ] && [ ! -f {CGROUP_V2_FILE} ]; then
+  echo "this host runs cgroup v1, on which kubelet $KUBERNETES_MINOR does not start (failCgroupV1, KEP-5573):" \\
+    "boot it with cgroup v2 (kernel argument systemd.unified_cgroup_hierarchy=1)" >&2
+  exit 1
+fi
 install -d -m 0755 {conventions.MACHINE_STATE_DIR}
 printf '%s\\n' "${conventions.ENV_OWNER}" > {OWNER_FILE}
 """

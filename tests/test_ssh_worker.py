@@ -45,6 +45,10 @@ def run_prepare(
     drop_in: str | None = None,
     containerd: str = "1.7",
     nvidia_ctk: str | None = None,
+    *,
+    version: str = "v1.36.4",
+    cgroup_v2: bool = True,
+    owner_on_host: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """The preparation on a host whose dpkg reports ``containerd.io`` in state ``containerd_io``.
 
@@ -56,6 +60,13 @@ def run_prepare(
     for directory in ("modules-load.d", "sysctl.d", "apt/sources.list.d", "containerd/conf.d"):
         (etc / directory).mkdir(parents=True, exist_ok=True)
     (etc / "fstab").write_text("UUID=1 / ext4 defaults 0 1\n")
+    if owner_on_host is not None:
+        (etc / "gpu-tenancy").mkdir()
+        (etc / "gpu-tenancy" / "owner").write_text(f"{owner_on_host}\n")
+    cgroup = tmp_path / "sys" / "fs" / "cgroup"
+    cgroup.mkdir(parents=True)
+    if cgroup_v2:
+        (cgroup / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
     if config is not None:
         (etc / "containerd" / "config.toml").write_text(config)
     if drop_in is not None:
@@ -76,7 +87,7 @@ def run_prepare(
     : > "{state}/containerd.io"; echo "apt-get removed containerd.io docker-ce" >> "$LOG"
   fi ;;
 esac""",
-        "apt-cache": 'echo "   kubeadm | 1.36.4-1.1 | https://pkgs.k8s.io/core:/stable:/v1.36/deb  Packages"',
+        "apt-cache": 'echo "   kubeadm | ${KUBERNETES_VERSION#v}-1.1 | https://pkgs.k8s.io/core:/stable:/$KUBERNETES_MINOR/deb  Packages"',
         # `config dump` is the effective configuration: config.toml, and the drop-ins only
         # when config.toml imports them; containerd 2.x prints strings in single quotes.
         "containerd": f"""config="{etc}/containerd/config.toml"
@@ -100,8 +111,8 @@ exit 0""",
     for name in ("modprobe", "sysctl", "swapoff", "apt-mark", "curl", "nvidia-smi", *stand_ins):
         executable(bin_dir / name, f'#!/bin/sh\necho "{name} $*" >> "$LOG"\n{stand_ins.get(name, ":")}\n')
     return subprocess.run(
-        ["sh", "-c", _PREPARE.replace("/etc/", f"{etc}/")],
-        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "LOG": str(tmp_path / "log"), **prepare_environment("v1.36.4", gpu_mode, OWNER)},
+        ["sh", "-c", _PREPARE.replace("/etc/", f"{etc}/").replace("/sys/fs/cgroup/", f"{cgroup}/")],
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "LOG": str(tmp_path / "log"), **prepare_environment(version, gpu_mode, OWNER)},
         capture_output=True,
         text=True,
         timeout=60,
@@ -165,6 +176,43 @@ def test_the_preparation_first_marks_the_host_as_its_workers(tmp_path: Path) -> 
     assert result.returncode == 0, result.stderr
     assert (tmp_path / OWNER_FILE.removeprefix("/")).read_text() == f"{OWNER}\n"
     assert _PREPARE.index(OWNER_FILE) < _PREPARE.index("apt_get update")
+
+
+@pytest.mark.parametrize(
+    ("owner_on_host", "prepared"),
+    [
+        (f"gpu-tenancy/dev/gpu-host-0/{uuid.uuid4()}", True),  # renamed within the stack: taken over
+        (f"gpu-tenancy/dev/gpu-host-1/{uuid.uuid4()}", True),  # the stack's state made anew
+        (f"gpu-tenancy/prod/gpu-host-1/{UNIQUE}", False),
+        (f"gpu-tenancy/dev-2/gpu-host-1/{UNIQUE}", False),  # a prefix of the name is another stack
+        (f"other-project/dev/gpu-host-1/{UNIQUE}", False),
+    ],
+)
+def test_a_host_another_stack_prepared_is_left_to_it(tmp_path: Path, owner_on_host: str, prepared: bool) -> None:
+    result = run_prepare(tmp_path, None, owner_on_host=owner_on_host)
+    owner_file = (tmp_path / OWNER_FILE.removeprefix("/")).read_text()
+    if prepared:
+        assert result.returncode == 0, result.stderr
+        assert owner_file == f"{OWNER}\n"
+    else:
+        assert result.returncode == 1
+        assert f"this host belongs to {owner_on_host} (project/stack/worker/id)" in result.stderr
+        assert owner_file == f"{owner_on_host}\n"
+        assert not (tmp_path / "log").exists(), "nothing on the host was touched"
+
+
+@pytest.mark.parametrize(
+    ("version", "cgroup_v2", "prepared"),
+    [("v1.36.4", False, False), ("v1.35.0", False, False), ("v1.34.3", False, True), ("v1.35.0", True, True)],
+)
+def test_kubelet_135_and_newer_need_a_cgroup_v2_host(tmp_path: Path, version: str, cgroup_v2: bool, prepared: bool) -> None:
+    result = run_prepare(tmp_path, None, version=version, cgroup_v2=cgroup_v2)
+    if prepared:
+        assert result.returncode == 0, result.stderr
+    else:
+        assert result.returncode == 1
+        assert f"this host runs cgroup v1, on which kubelet {version.rsplit('.', 1)[0]} does not start" in result.stderr
+        assert not (tmp_path / "log").exists() and not (tmp_path / OWNER_FILE.removeprefix("/")).exists()
 
 
 # --- a version change on a rendered stack ----------------------------------------------------------
