@@ -3,7 +3,7 @@ SHELL := /usr/bin/env bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-## STACK=dev          the stack up, preview, destroy, validate, render, policy and kubeconfig use
+## STACK=dev          the stack up, preview, destroy, validate, render, policy, kubeconfig, tools and preflight use
 ## PYTHON=python3     the interpreter the virtualenv is made with (3.11+), e.g. make up PYTHON=python3.12
 ## UP_FLAGS=--yes     pulumi flags of up and destroy: neither prompts; make destroy UP_FLAGS= asks first
 ## TENANT=<name>      the tenant make kubeconfig prints the kubeconfig of
