@@ -76,6 +76,13 @@ preflight: venv ## Check that the Docker daemon answers and the inotify limits s
 	  echo "Start Docker (Docker Desktop, or sudo systemctl start docker), or on 'permission denied' add yourself to the docker group (sudo usermod -aG docker \$$USER, then log in again)." >&2; \
 	  exit 1; \
 	fi; \
+	: "kind's node and docker workers of 1.35+ do not start on cgroup v1; kind and kubeadm only fail later, on a kubelet that never got healthy."; \
+	cgroup=0; $(VENV)/bin/python -m tools.preflight --stack $(STACK) --needs cgroup-v2 2>/dev/null || cgroup=$$?; \
+	if [ "$$cgroup" != 3 ] && [ "$$(docker info --format '{{.CgroupVersion}}' 2>/dev/null || true)" = 1 ]; then \
+	  echo "error: the Docker engine runs on cgroup v1, on which the kubelet of Kubernetes 1.35 and newer (kind's node, docker workers) does not start (failCgroupV1, KEP-5573)." >&2; \
+	  echo "Boot the Docker host with cgroup v2 (kernel argument systemd.unified_cgroup_hierarchy=1; on WSL2, kernelCommandLine = cgroup_no_v1=all in .wslconfig, then wsl --shutdown)." >&2; \
+	  exit 1; \
+	fi; \
 	: "Below the inotify limits workers fail much later with messages that do not name inotify: stop here."; \
 	low=0; level=error; [ "$(INOTIFY_CHECK)" = warn ] && level=warning; \
 	for limit in max_user_instances=$(INOTIFY_MAX_USER_INSTANCES) max_user_watches=$(INOTIFY_MAX_USER_WATCHES); do \

@@ -627,11 +627,19 @@ def run_make(tmp_path: Path, *args: str, path: str = "", **env: str) -> subproce
     )
 
 
-def fake_docker(tmp_path: Path, *, info_error: str = "") -> Path:
+def fake_docker(tmp_path: Path, *, info_error: str = "", cgroup: int = 2) -> Path:
     bin_dir = tmp_path / "dockerbin"
     bin_dir.mkdir()
     answer = f"echo '{info_error}' >&2; exit 1" if info_error else "echo 'Server Version: 28.0.0'"
-    executable(bin_dir / "docker", f'#!/bin/sh\ncase "$1" in info) {answer} ;; esac\n')
+    executable(
+        bin_dir / "docker",
+        f"""#!/bin/sh
+case "$*" in
+  "info --format {{{{.CgroupVersion}}}}") echo {cgroup} ;;
+  info*) {answer} ;;
+esac
+""",
+    )
     return bin_dir
 
 
@@ -721,6 +729,48 @@ def test_only_stacks_with_a_kind_cluster_need_kind(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stack_yaml: str | None, status: int
 ) -> None:
     assert preflight_of(tmp_path, monkeypatch, stack_yaml, "--needs", "kind") == status
+
+
+@pytest.mark.parametrize(
+    ("stack_yaml", "status"),
+    [
+        (None, 0),
+        ("config:\n  gpu-tenancy:management: {name: lab}\n", 0),  # kind's node: v1.36.4
+        ("config:\n  gpu-tenancy:management: {nodeImage: 'kindest/node:v1.34.3'}\n", preflight.DOES_NOT_NEED),
+        ("config:\n  gpu-tenancy:management: {nodeImage: 'kindest/node:v1.34.3@sha256:ab'}\n", preflight.DOES_NOT_NEED),
+        ("config:\n  gpu-tenancy:management: {nodeImage: 'lab:5000/node'}\n", 0),  # no version to read
+        (EXISTING_SSH_ONLY, preflight.DOES_NOT_NEED),
+        (DOCKER_WORKER_ON_EXISTING, 0),  # a docker worker of the default version
+        (
+            DOCKER_WORKER_ON_EXISTING.replace("  - name: a\n", "  - name: a\n    kubernetesVersion: v1.34.3\n"),
+            preflight.DOES_NOT_NEED,
+        ),
+        (DOCKER_WORKER_ON_EXISTING.replace("  - name: a\n", "  - name: a\n    kubernetesVersion: v1.35.0\n"), 0),
+        (EXISTING_SSH_ONLY.replace("  - name: a\n", "  - name: a\n    kubernetesVersion: v1.36.4\n"), preflight.DOES_NOT_NEED),
+    ],
+)
+def test_only_kubelets_of_135_and_newer_in_docker_need_a_cgroup_v2_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stack_yaml: str | None, status: int
+) -> None:
+    assert preflight_of(tmp_path, monkeypatch, stack_yaml, "--needs", "cgroup-v2") == status
+
+
+@needs_make
+@pytest.mark.parametrize(("stack", "cgroup", "passes"), [("dev", 1, False), ("dev", 2, True), ("example-multihost", 1, True)])
+def test_preflight_stops_on_a_cgroup_v1_engine_where_a_kubelet_needs_v2(
+    tmp_path: Path, stack: str, cgroup: int, passes: bool
+) -> None:
+    inotify = tmp_path / "no-inotify"  # not Linux: the inotify check has nothing to read
+    result = run_make(
+        tmp_path, "preflight", f"STACK={stack}", f"INOTIFY_DIR={inotify}", path=str(fake_docker(tmp_path, cgroup=cgroup))
+    )
+    if passes:
+        assert result.returncode == 0, result.stderr
+        assert "cgroup v1" not in result.stderr
+    else:
+        assert result.returncode != 0
+        assert "error: the Docker engine runs on cgroup v1, on which the kubelet of Kubernetes 1.35 and newer" in result.stderr
+        assert "systemd.unified_cgroup_hierarchy=1" in result.stderr
 
 
 @needs_make

@@ -1,11 +1,14 @@
 """Whether a stack needs this host's Docker engine, or kind: what ``make up`` checks and fetches.
 
-    python -m tools.preflight --stack dev [--needs docker|kind]
+    python -m tools.preflight --stack dev [--needs docker|kind|cgroup-v2]
 
 Exit status 0 when the stack does, or when its stack file cannot be read; 3 when it does not, with
 a note on stderr. Docker: a kind management cluster or a docker worker; ``make preflight`` checks
 the Docker daemon and the inotify limits only then. kind: a kind management cluster; ``make tools``
-fetches kind only then (a data-centre host may reach no GitHub release downloads). The stack's
+fetches kind only then (a data-centre host may reach no GitHub release downloads). cgroup-v2: a
+kubelet of Kubernetes 1.35 or newer in a container of this host's Docker (kind's node, a docker
+worker), which does not start on a cgroup v1 engine (``failCgroupV1``, KEP-5573); ``make preflight``
+asks the engine only then. A version that cannot be read counts as new. The stack's
 values are read as they are, not validated: a stack that needs neither must reach ``pulumi up`` to
 hear what is wrong with its config, not be told to start Docker.
 """
@@ -17,10 +20,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from gpu_tenancy import versions
 from gpu_tenancy.config import CONFIG_NAMESPACE, ConfigError, config_value
 from gpu_tenancy.stack_file import is_file, read_stack_file, stack_file
 
 DOES_NOT_NEED = 3
+# The first Kubernetes release whose kubelet refuses cgroup v1 unless told otherwise.
+FIRST_WITHOUT_CGROUP_V1 = (1, 35)
 
 
 def _value(values: dict[str, Any], key: str) -> Any:
@@ -34,16 +40,39 @@ def uses_kind(values: dict[str, Any]) -> bool:
     return not isinstance(management, dict) or management.get("mode", "kind") != "existing"
 
 
+def _tenants_with_docker_workers(values: dict[str, Any]) -> list[dict[str, Any]]:
+    tenants = _value(values, "tenants")
+    return [
+        tenant
+        for tenant in (tenants if isinstance(tenants, list) else [])
+        if isinstance(tenant, dict)
+        and isinstance(tenant.get("workers"), list)
+        and any(isinstance(worker, dict) and worker.get("ssh") is None for worker in tenant["workers"])
+    ]
+
+
 def uses_docker(values: dict[str, Any]) -> bool:
     """A kind cluster or a worker without ``ssh``, in a stack file's raw values."""
-    if uses_kind(values):
+    return uses_kind(values) or bool(_tenants_with_docker_workers(values))
+
+
+def _without_cgroup_v1(version: Any) -> bool:
+    try:
+        return versions.kubernetes_minor(str(version)) >= FIRST_WITHOUT_CGROUP_V1
+    except ValueError:
         return True
-    tenants = _value(values, "tenants")
+
+
+def needs_cgroup_v2(values: dict[str, Any]) -> bool:
+    """A kubelet of 1.35 or newer in Docker: kind's node image, or a tenant with docker workers."""
+    if uses_kind(values):
+        management = _value(values, "management")
+        image = (management.get("nodeImage") if isinstance(management, dict) else None) or versions.DEFAULT_NODE_IMAGE
+        if _without_cgroup_v1(str(image).split("@", 1)[0].rpartition(":")[2]):
+            return True
     return any(
-        isinstance(worker, dict) and worker.get("ssh") is None
-        for tenant in (tenants if isinstance(tenants, list) else [])
-        if isinstance(tenant, dict) and isinstance(tenant.get("workers"), list)
-        for worker in tenant["workers"]
+        _without_cgroup_v1(tenant.get("kubernetesVersion", versions.DEFAULT_KUBERNETES_VERSION))
+        for tenant in _tenants_with_docker_workers(values)
     )
 
 
@@ -53,6 +82,7 @@ NOTES: dict[str, tuple[Callable[[dict[str, Any]], bool], str]] = {
         "an existing management cluster and SSH workers only, nothing runs on this host's Docker: no Docker or inotify checks",
     ),
     "kind": (uses_kind, "an existing management cluster, no kind cluster: kind is not fetched"),
+    "cgroup-v2": (needs_cgroup_v2, "no kubelet of Kubernetes 1.35 or newer in Docker: a cgroup v1 engine will do"),
 }
 
 
