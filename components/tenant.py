@@ -87,7 +87,8 @@ class Tenant(pulumi.ComponentResource):
 
         joins: dict[str, pulumi.Resource] = {}
         for worker in config.workers:
-            labels = {TENANT_LABEL: name, **({gpus.GPU_NODE_LABEL[0]: gpus.GPU_NODE_LABEL[1]} if worker.gpus else {})}
+            # None removes the label: a worker whose cards left the config must leave HAMi's selector.
+            labels = {TENANT_LABEL: name, gpus.GPU_NODE_LABEL[0]: gpus.GPU_NODE_LABEL[1] if worker.gpus else None}
             join = WorkerJoin(
                 worker.name,
                 name,

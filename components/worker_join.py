@@ -84,7 +84,7 @@ class WorkerJoin(pulumi.ComponentResource):
         ca_cert_hash: pulumi.Input[str],
         provider: k8s.Provider,
         permissions: JoinPermissions,
-        node_labels: dict[str, str],
+        node_labels: dict[str, str | None],
         cluster: pulumi.Resource,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:

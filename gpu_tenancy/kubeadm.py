@@ -84,7 +84,7 @@ def join_script(
     node_name: str,
     kubernetes_version: str,
     preflight_ignores: tuple[str, ...],
-    node_labels: dict[str, str],
+    node_labels: dict[str, str | None],
     token_resource: str = "the token-id RandomString",
 ) -> str:
     """A POSIX shell script that joins this machine, reading the secrets from the environment.
@@ -94,7 +94,9 @@ def join_script(
     never an argument, which any user of the host could read in ``/proc/<pid>/cmdline``. The
     script is idempotent: a machine already joined as this node to the same endpoint and CA (its
     ``JOIN_RECORD``) only gets its labels again (the kubelet applies ``--node-labels`` only when it
-    registers); anything else is reset first: another endpoint, a new CA at the same address (a
+    registers, and never removes one): a label whose value is None is removed from the node, so
+    that a worker whose cards left the config leaves HAMi's ``gpu=on`` selector too. Anything else
+    is reset first: another endpoint, a new CA at the same address (a
     control plane made anew), or another node name (a worker renamed on the same host, whose
     kubelet could not even label the new name). A machine joined before the record existed counts
     by its endpoint alone and is recorded. kubeadm's preflight refuses to join over what a failed
@@ -113,8 +115,12 @@ def join_script(
     """
     ignore = f" --ignore-preflight-errors={','.join(preflight_ignores)}" if preflight_ignores else ""
     api = join_configuration_api(kubernetes_version)
-    labels = ",".join(f"{key}={value}" for key, value in sorted(node_labels.items()))
-    label_args = " ".join(shlex.quote(f"{key}={value}") for key, value in sorted(node_labels.items()))
+    wanted = {key: value for key, value in sorted(node_labels.items()) if value is not None}
+    labels = ",".join(f"{key}={value}" for key, value in wanted.items())
+    label_args = " ".join(
+        [shlex.quote(f"{key}={value}") for key, value in wanted.items()]
+        + [shlex.quote(f"{key}-") for key, value in sorted(node_labels.items()) if value is None]
+    )
     node = shlex.quote(node_name)
     version = shlex.quote(kubernetes_version)
     return f"""set -eu

@@ -34,7 +34,7 @@ def run_join(
     version: str = "v1.36.4",
     restarted_kubelet: str | None = None,
     endpoint: str = ENDPOINT,
-    labels: dict[str, str] | None = None,
+    labels: dict[str, str | None] | None = None,
     node: str = NODE,
     ca_cert_hash: str = CA_CERT_HASH,
 ) -> tuple[int, list[str], Path]:
@@ -163,6 +163,15 @@ def test_a_joined_machine_only_gets_its_labels_again(tmp_path: Path) -> None:
     assert "label node tenant-a-worker-0 --overwrite gpu=on gpu-tenancy.io/tenant=tenant-a" in log
     # Its kubelet already runs the tenant's version: nothing is upgraded or restarted.
     assert [line for line in log.splitlines() if line.startswith("kubeadm") or "systemctl restart" in line] == []
+
+
+def test_a_label_set_to_none_leaves_the_kubelet_flag_and_the_node(tmp_path: Path) -> None:
+    run_join(tmp_path)
+    (tmp_path / "log").unlink()
+    code, _, etc = run_join(tmp_path, labels={**LABELS, "gpu": None})  # the worker's cards left the config
+    assert code == 0
+    assert "label node tenant-a-worker-0 --overwrite gpu-tenancy.io/tenant=tenant-a gpu-\n" in (tmp_path / "log").read_text()
+    assert (etc / "default" / "kubelet").read_text().endswith(" --node-labels=gpu-tenancy.io/tenant=tenant-a\n")
 
 
 def test_a_new_version_upgrades_a_joined_node_in_kubeadms_order(tmp_path: Path) -> None:

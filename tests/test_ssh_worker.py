@@ -87,7 +87,8 @@ def run_prepare(
     : > "{state}/containerd.io"; echo "apt-get removed containerd.io docker-ce" >> "$LOG"
   fi ;;
 esac""",
-        "apt-cache": 'echo "   kubeadm | ${KUBERNETES_VERSION#v}-1.1 | https://pkgs.k8s.io/core:/stable:/$KUBERNETES_MINOR/deb  Packages"',
+        # The repository of the tenant's minor lists its patch release.
+        "apt-cache": 'echo "   kubeadm | ${KUBERNETES_VERSION#v}-1.1 | $PACKAGE_REPOSITORY/$KUBERNETES_MINOR/deb  Packages"',
         # `config dump` is the effective configuration: config.toml, and the drop-ins only
         # when config.toml imports them; containerd 2.x prints strings in single quotes.
         "containerd": f"""config="{etc}/containerd/config.toml"
