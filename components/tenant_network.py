@@ -29,6 +29,10 @@ def calico_values(pod_cidr: ipaddress.IPv4Network, api_endpoint: pulumi.Input[st
                 "bgp": "Disabled",
                 "linuxDataplane": "Iptables",
                 "ipPools": [{"cidr": str(pod_cidr), "encapsulation": "VXLAN", "natOutgoing": "Enabled", "nodeSelector": "all()"}],
+                # The address the kubelet registered (the API server reaches the node there), not
+                # Calico's default first-found: on a GPU host with several NICs (InfiniBand, Docker
+                # bridges, a management port) the first one need not reach the other workers.
+                "nodeAddressAutodetectionV4": {"kubernetes": "NodeInternalIP"},
             },
         },
         # Components a tenant network does not need, and that cost memory on a laptop.

@@ -48,6 +48,8 @@ def test_calico_values(dev: harness.Render) -> None:
         "ipPools": [{"nodeSelector": "all()", "cidr": "10.244.0.0/16", "encapsulation": "VXLAN", "natOutgoing": "Enabled"}],
         "linuxDataplane": "Iptables",
         "bgp": "Disabled",
+        # VXLAN between the addresses nodes registered with, not Calico's first-found interface.
+        "nodeAddressAutodetectionV4": {"kubernetes": "NodeInternalIP"},
     }
     assert values["kubernetesServiceEndpoint"] == {"host": "172.18.255.230", "port": "6443"}
     assert values["goldmane"] == values["whisker"] == values["apiServer"] == {"enabled": False}
