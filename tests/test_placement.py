@@ -742,3 +742,68 @@ def test_a_preferred_node_is_taken_only_where_it_ties():
     assert cluster.schedule(frac("p1"), prefer_node="b").node == "b"  # idle nodes tie: HAMi may take either
     # Binpack now scores b above a: a live HAMi cannot have chosen a, and the model does not follow it.
     assert cluster.schedule(frac("p2"), prefer_node="a").node == "b"
+
+
+# --- boundaries and combinations a mutation review found unpinned -------------------------------
+
+
+def test_filter_quota_counts_the_pods_running_total_over_its_cards():
+    # Each half-card (40960 MiB) fits the 50000 MiB quota; the pod's two together do not.
+    quota = GpuQuota("default", gpumem=50000)
+    (result,) = plan([pod("two-halves", ctr(gpu=2, pct=50))], [gpu_node("w0", count=2)], quotas=[quota])
+    assert result.stage == "filter"
+    assert "ResourceQuotaNotFit" in result.reasons
+
+
+def test_an_init_container_holds_its_peak_not_the_sum_with_the_app():
+    node = gpu_node("w0")
+    init = (ctr("warmup", mem=60000, cores=10),)
+    # The card keeps 81920 - max(60000, 30000) MiB: room for 20000 more (a sum would leave 0).
+    results = plan([pod("p", ctr("main", mem=30000, cores=10), init_containers=init), frac("next", mem=20000)], [node])
+    assert [r.stage for r in results] == ["scheduled", "scheduled"]
+
+
+def test_init_containers_on_one_card_take_one_time_slicing_slot():
+    node = gpu_node("w0")
+    init = (ctr("a", mem=1000, cores=5), ctr("b", mem=1000, cores=5))
+    first = pod("p", ctr("main", mem=1000, cores=5), init_containers=init)
+    # A card has ten slots: the pod takes one however many init containers used it.
+    results = plan([first, *(frac(f"f{i}", mem=1000, cores=5) for i in range(9))], [node])
+    assert [r.stage for r in results] == ["scheduled"] * 10
+    assert plan([first, *(frac(f"f{i}", mem=1000, cores=5) for i in range(10))], [gpu_node("w0")])[-1].reasons == (
+        "CardTimeSlicingExhausted",
+    )
+
+
+def test_a_pod_may_take_exactly_the_namespaces_core_quota():
+    quota = GpuQuota("ns", gpucores=100)
+    assert quota.fits(QuotaUsage(0, 0), 0, 100)
+    assert not quota.fits(QuotaUsage(0, 1), 0, 100)
+
+
+def test_an_empty_gpu_type_list_is_no_constraint():
+    (result,) = plan([frac("p", annotations={USE_GPUTYPE: ""})], [gpu_node("w0")])
+    assert result.stage == "scheduled"
+
+
+def test_memory_in_mib_wins_over_a_percentage():
+    (result,) = plan([pod("both", ctr(gpu=1, mem=1000, pct=50))], [gpu_node("w0")])
+    assert result.devices[0][0].usedmem == 1000
+
+
+def test_milli_quantities():
+    assert parse_quantity("2000m") == 2
+    (result,) = plan([pod("p", ctr(gpu="2000m", mem=1000))], [gpu_node("w0", "L4", 2)])
+    assert len(result.devices[0]) == 2
+
+
+def test_a_default_gpu_num_of_zero_adds_no_gpu():
+    assert mutate_container(ctr(mem=20000), SchedulerConfig(default_gpu_num=0)) == (ctr(mem=20000), False)
+
+
+def test_numa_bind_puts_numa_first_in_any_policy_chain():
+    from gpu_tenancy.placement import _sort_chain  # noqa: PLC0415 - the chain itself, which sort_devices applies
+
+    assert _sort_chain("binpack,numa", bind=True) == ["numa", "binpack"]
+    assert _sort_chain("binpack,numa", bind=False) == ["binpack", "numa"]
+    assert _sort_chain("binpack", bind=True) == ["numa", "binpack"]
