@@ -937,3 +937,26 @@ def test_versions_are_ascii_digits_only(key: str, value: str) -> None:
         raw["tenants"][0][key] = value
         path = f"tenants[0].{key}"
     assert problem_at(raw, path)
+
+
+def test_a_pool_overlaps_a_network_that_covers_any_part_of_it() -> None:
+    # 200-250 is several CIDR blocks; a /28 at its top overlaps only the last of them.
+    pool = addressing.AddressPool.parse("172.18.255.200-172.18.255.250")
+    assert pool.overlaps(ipaddress.IPv4Network("172.18.255.240/28"))
+    assert not pool.overlaps(ipaddress.IPv4Network("172.18.255.0/25"))
+
+
+def test_a_pool_of_one_address() -> None:
+    pool = addressing.AddressPool.parse("172.18.255.210-172.18.255.210")
+    assert len(pool) == 1 and str(pool) == "172.18.255.210-172.18.255.210"
+
+
+def test_a_pool_may_start_at_the_first_address_above_dockers_half() -> None:
+    raw = dev_config()
+    raw["network"] = {"pool": "172.18.127.255-172.18.128.10"}
+    with pytest.raises(ConfigError) as caught:
+        address_plan(StackConfig.load(raw), KIND_SUBNETS)
+    ((key, problem),) = caught.value.problems
+    assert key == "network.pool" and "starts in the lower half of the kind network" in problem
+    raw["network"] = {"pool": "172.18.128.0-172.18.128.10"}
+    assert address_plan(StackConfig.load(raw), KIND_SUBNETS).pool == addressing.AddressPool.parse("172.18.128.0-172.18.128.10")

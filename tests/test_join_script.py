@@ -332,3 +332,12 @@ def test_a_machine_joined_before_joins_were_recorded_counts_by_its_endpoint(tmp_
     assert code == 0
     assert not [call for call in calls if call.startswith("kubeadm")]
     assert join_record(etc) == f"{ENDPOINT} {CA_CERT_HASH} {NODE}\n"
+
+
+def test_a_machine_joined_before_records_to_an_endpoint_that_starts_with_this_one_joins_again(tmp_path: Path) -> None:
+    _, _, etc = run_join(tmp_path, endpoint=ENDPOINT + "0")
+    (etc / kubeadm.JOIN_RECORD.removeprefix("/etc/")).unlink()
+    (tmp_path / "log").unlink()
+    code, calls, _ = run_join(tmp_path)
+    assert code == 0
+    assert calls == ["kubeadm reset", "kubeadm join"]
