@@ -609,6 +609,7 @@ CASES = [
         None,
     ),
     Case("node-port-in-range", "control-plane-exposure", lambda d: node_port(d, "tenant-a", 31443, 31132), None),
+    Case("node-port-at-the-range-ends", "control-plane-exposure", lambda d: node_port(d, "tenant-a", 30000, 32767), None),
     Case(
         # 6443.0 and 8132.0 as the analyzer hands them over; the message names them as integers.
         "node-port-default-ports",
@@ -876,6 +877,29 @@ CASES = [
     ),
     Case("real-device-plugin-counts-at-run-time", "gpu-quota-within-inventory", lambda d: real_devices(d, "tenant-a"), None),
     Case(
+        # The mock still registers its cards beside the real plugin: they are what the quota is checked against.
+        "both-device-plugins",
+        "gpu-quota-within-inventory",
+        lambda d: (
+            real_devices(d, "tenant-a"),
+            record(d, RELEASE, "tenant-a-hami")["inputs"]["values"].update(mockDevicePlugin={"enabled": True}),
+        ),
+        "limits.nvidia.com/gpumem=81920 exceeds the 0 MiB",
+        findings=2,
+    ),
+    Case(
+        "registration-repeated-index",
+        "gpu-quota-within-inventory",
+        lambda d: registered_device(d, "tenant-b-worker-0", 1, index=0),
+        "device [1] repeats or negates the index 0",
+    ),
+    Case(
+        "registration-no-cores",
+        "gpu-quota-within-inventory",
+        lambda d: registered_device(d, "tenant-b-worker-0", 0, devcore=0),
+        "device [0] has devcore 0, not 1-100",
+    ),
+    Case(
         "registration-not-json",
         "gpu-quota-within-inventory",
         lambda d: set_registration(d, "tenant-b-worker-0", "GPU-0,10,23034,100,NVIDIA-L4,0,true"),
@@ -986,6 +1010,39 @@ CASES = [
         "bootstrap-token-hygiene",
         lambda d: token(d, "tenant-b-worker-0").update({"usage-bootstrap-exec": "true"}),
         "allows usage 'exec'",
+    ),
+    Case(
+        # Any other spelling is no usage: the API server compares with "true" exactly.
+        "token-with-another-usage-not-true",
+        "bootstrap-token-hygiene",
+        lambda d: token(d, "tenant-b-worker-0").update({"usage-bootstrap-exec": "True"}),
+        None,
+    ),
+    Case(
+        "token-with-a-blank-expiration",
+        "bootstrap-token-hygiene",
+        lambda d: token(d, "tenant-a-worker-0").update(expiration="  "),
+        "has no expiration",
+    ),
+    Case(
+        # The API server writes stringData over data: what stringData grants is what the token grants.
+        "token-groups-in-string-data-over-data",
+        "bootstrap-token-hygiene",
+        lambda d: (
+            record(d, SECRET, "tenant-b-worker-0-bootstrap-token")["inputs"].update(
+                data={"auth-extra-groups": base64.b64encode(b"system:bootstrappers:kubeadm:default-node-token").decode()}
+            ),
+            token(d, "tenant-b-worker-0").update({"auth-extra-groups": "system:masters"}),
+        ),
+        "group 'system:masters'",
+    ),
+    Case(
+        "token-groups-in-data-under-string-data",
+        "bootstrap-token-hygiene",
+        lambda d: record(d, SECRET, "tenant-b-worker-0-bootstrap-token")["inputs"].update(
+            data={"auth-extra-groups": base64.b64encode(b"system:masters").decode()}
+        ),
+        None,
     ),
     Case(
         "token-as-output-data", "bootstrap-token-hygiene", lambda d: as_base64_data(d, "tenant-a-worker-0"), "has no expiration"

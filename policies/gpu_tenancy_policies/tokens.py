@@ -59,7 +59,9 @@ def check(resource: ResourceView, allowed_groups: Iterable[str]) -> Iterator[str
         if not key.startswith(USAGE_PREFIX):
             continue
         usage = key.removeprefix(USAGE_PREFIX)
-        if usage not in kubeadm.TOKEN_USAGES and str(value).lower() == "true":
+        # The API server and the bootstrap signer honour a usage only when it is exactly "true"
+        # (bootstrapsecretutil.GetData(...) != "true"): "True" grants nothing.
+        if usage not in kubeadm.TOKEN_USAGES and value == "true":
             yield f"the bootstrap token allows usage {usage!r}; a join needs only {', '.join(kubeadm.TOKEN_USAGES)}"
     groups = data.get("auth-extra-groups")
     allowed = set(allowed_groups)
