@@ -73,6 +73,8 @@ LEAVE_SCRIPT: Final = f"kubeadm reset --force && rm -f {JOIN_RECORD}"
 RUNTIME_WAIT_SECONDS: Final = 120
 # A restarted kubelet reports its version on the Node within seconds of starting.
 NODE_UPGRADE_WAIT_SECONDS: Final = 120
+# A kubelet that has just joined registers its Node within seconds of its TLS bootstrap.
+NODE_REGISTER_WAIT_SECONDS: Final = 120
 
 
 def join_configuration_api(kubernetes_version: str) -> str:
@@ -94,8 +96,11 @@ def join_script(
     never an argument, which any user of the host could read in ``/proc/<pid>/cmdline``. The
     script is idempotent: a machine already joined as this node to the same endpoint and CA (its
     ``JOIN_RECORD``) only gets its labels again (the kubelet applies ``--node-labels`` only when it
-    registers, and never removes one): a label whose value is None is removed from the node, so
-    that a worker whose cards left the config leaves HAMi's ``gpu=on`` selector too. Anything else
+    registers a new Node, and never removes one): a label whose value is None is removed from the
+    node, so that a worker whose cards left the config leaves HAMi's ``gpu=on`` selector too. A
+    fresh join labels the node the same way once it has registered: the Node of a machine joined
+    anew (a replaced container, a new host under the same name) outlives the old join, and keeps
+    its old labels through the new registration. Anything else
     is reset first: another endpoint, a new CA at the same address (a
     control plane made anew), or another node name (a worker renamed on the same host, whose
     kubelet could not even label the new name). A machine joined before the record existed counts
@@ -132,10 +137,17 @@ extra="$(sed -n 's/^KUBELET_EXTRA_ARGS=//p' /etc/default/kubelet 2>/dev/null | s
 echo "KUBELET_EXTRA_ARGS=${{extra:+$extra }}--node-labels={labels}" > /etc/default/kubelet
 identity="$JOIN_ENDPOINT $JOIN_CA_CERT_HASH "{node}
 record() {{ install -d -m 0755 {MACHINE_STATE_DIR} && printf '%s\\n' "$identity" > {JOIN_RECORD}; }}
+label_node() {{
+  waited=0
+  until kubectl --kubeconfig /etc/kubernetes/kubelet.conf label node {node} --overwrite {label_args}; do
+    [ "$waited" -lt {NODE_REGISTER_WAIT_SECONDS} ] || {{ echo "could not label node {node}" >&2; exit 1; }}
+    sleep 2; waited=$((waited + 2))
+  done
+}}
 if [ -f /etc/kubernetes/kubelet.conf ] && grep -q "server: https://$JOIN_ENDPOINT\\$" /etc/kubernetes/kubelet.conf &&
   {{ [ ! -f {JOIN_RECORD} ] || [ "$(cat {JOIN_RECORD})" = "$identity" ]; }}; then
   echo "already joined to $JOIN_ENDPOINT"
-  kubectl --kubeconfig /etc/kubernetes/kubelet.conf label node {node} --overwrite {label_args}
+  label_node
   record
   # The Node reports what the running kubelet is: a package upgrade replaces the binary only.
   kubelet_version() {{
@@ -189,6 +201,7 @@ while :; do
   done
   if kubeadm join --config "$config"{ignore}; then
     record
+    label_node
     exit 0
   fi
   [ "$attempt" -lt {JOIN_ATTEMPTS} ] || {{ echo "kubeadm join failed {JOIN_ATTEMPTS} times" >&2; exit 1; }}

@@ -15,6 +15,8 @@ from tests.shell import executable
 
 ENDPOINT = "172.18.255.230:6443"
 LABELS = {"gpu": "on", "gpu-tenancy.io/tenant": "tenant-a"}
+# How a label call shows among the calls run_join returns.
+LABEL = "kubectl --kubeconfig"
 KIND_KUBELET_ARGS = "--runtime-cgroups=/system.slice/containerd.service"
 NODE = "tenant-a-worker-0"
 CA_CERT_HASH = "sha256:00"
@@ -37,6 +39,7 @@ def run_join(
     labels: dict[str, str | None] | None = None,
     node: str = NODE,
     ca_cert_hash: str = CA_CERT_HASH,
+    unregistered_for: int = 0,
 ) -> tuple[int, list[str], Path]:
     """Run the join for ``version``; the Node reports the kubelet in ``state/kubelet-version``.
 
@@ -85,7 +88,17 @@ esac""",
     echo {version} > "{state}/kubelet-version" ;;
 esac""",
     )
-    tool(bin_dir, "kubectl", f'case "$*" in *" get node "*) cat "{state}/kubelet-version" ;; esac')
+    # The Node is found by its first label call after ``unregistered_for`` failed ones.
+    tool(
+        bin_dir,
+        "kubectl",
+        f"""case "$*" in
+  *" get node "*) cat "{state}/kubelet-version" ;;
+  *" label node "*)
+    n=$(cat "{state}/label-calls" 2>/dev/null || echo 0); echo $((n + 1)) > "{state}/label-calls"
+    [ "$n" -ge {unregistered_for} ] || {{ echo "Error from server (NotFound): nodes not found" >&2; exit 1; }} ;;
+esac""",
+    )
     script = kubeadm.join_script(node, version, ("SystemVerification",), LABELS if labels is None else labels)
     script = script.replace("/etc/", f"{etc}/")
     log = tmp_path / "log"
@@ -115,7 +128,7 @@ esac""",
 def test_a_fresh_machine_joins_once(tmp_path: Path) -> None:
     code, calls, etc = run_join(tmp_path)
     assert code == 0
-    assert calls == ["kubeadm join"]
+    assert calls == ["kubeadm join", LABEL]
     assert (etc / "default" / "kubelet").read_text() == (
         "KUBELET_EXTRA_ARGS=--runtime-cgroups=/system.slice/containerd.service "
         "--node-labels=gpu=on,gpu-tenancy.io/tenant=tenant-a\n"
@@ -126,7 +139,7 @@ def test_a_failed_join_is_reset_and_retried(tmp_path: Path) -> None:
     # The leftovers of the failed attempt would fail every later preflight without the reset.
     code, calls, _ = run_join(tmp_path, failing_joins=2)
     assert code == 0
-    assert calls == ["kubeadm join", "kubeadm reset", "kubeadm join", "kubeadm reset", "kubeadm join"]
+    assert calls == ["kubeadm join", "kubeadm reset", "kubeadm join", "kubeadm reset", "kubeadm join", LABEL]
 
 
 def test_a_join_that_keeps_failing_gives_up(tmp_path: Path) -> None:
@@ -140,7 +153,7 @@ def test_leftovers_of_an_earlier_run_are_reset_before_joining(tmp_path: Path) ->
     (tmp_path / "state" / "joins").unlink()
     (tmp_path / "log").unlink()
     code, calls, _ = run_join(tmp_path)
-    assert code == 0 and calls == ["kubeadm reset", "kubeadm join"]
+    assert code == 0 and calls == ["kubeadm reset", "kubeadm join", LABEL]
 
 
 @pytest.mark.parametrize("leftover", ["bootstrap-kubelet.conf", "pki/ca.crt", "kubelet.conf"])
@@ -199,7 +212,7 @@ def test_an_upgrade_fails_when_the_node_keeps_reporting_the_old_kubelet(tmp_path
 def test_the_join_waits_for_containerd(tmp_path: Path, starts_after: int, code: int) -> None:
     result, calls, _ = run_join(tmp_path, runtime_starts_after=starts_after)
     assert result == code
-    assert calls == (["kubeadm join"] if code == 0 else [])
+    assert calls == (["kubeadm join", LABEL] if code == 0 else [])
 
 
 def test_the_token_reaches_kubeadm_in_a_file_only_root_reads(tmp_path: Path) -> None:
@@ -264,7 +277,7 @@ def test_only_a_machine_joined_to_this_endpoint_counts_as_joined(tmp_path: Path,
     assert code == 0
     if rejoins:
         # A kubelet.conf for another endpoint is a join to undo: reset, then join this tenant.
-        assert calls == ["kubeadm reset", "kubeadm join"]
+        assert calls == ["kubeadm reset", "kubeadm join", LABEL]
         assert (tmp_path / "state" / "joins").read_text().strip() == "2"
     else:
         assert not [call for call in calls if call.startswith("kubeadm")]
@@ -317,8 +330,7 @@ def test_a_machine_joined_at_this_endpoint_under_another_ca_or_name_joins_again(
     (tmp_path / "log").unlink()
     code, calls, etc = run_join(tmp_path, **change)
     assert code == 0
-    assert (calls == ["kubeadm reset", "kubeadm join"]) == rejoins
-    assert not rejoins or "label node" not in (tmp_path / "log").read_text()
+    assert (calls == ["kubeadm reset", "kubeadm join", LABEL]) == rejoins
     wanted = {"ca_cert_hash": CA_CERT_HASH, "node": NODE, **change}
     assert join_record(etc) == f"{ENDPOINT} {wanted['ca_cert_hash']} {wanted['node']}\n"
 
@@ -340,4 +352,24 @@ def test_a_machine_joined_before_records_to_an_endpoint_that_starts_with_this_on
     (tmp_path / "log").unlink()
     code, calls, _ = run_join(tmp_path)
     assert code == 0
-    assert calls == ["kubeadm reset", "kubeadm join"]
+    assert calls == ["kubeadm reset", "kubeadm join", LABEL]
+
+
+def test_a_fresh_join_labels_its_node_too(tmp_path: Path) -> None:
+    # A Node that outlived its machine's last join keeps its labels through a new registration.
+    code, calls, _ = run_join(tmp_path, labels={**LABELS, "gpu": None})
+    assert code == 0
+    assert calls == ["kubeadm join", LABEL]
+    assert "label node tenant-a-worker-0 --overwrite gpu-tenancy.io/tenant=tenant-a gpu-\n" in (tmp_path / "log").read_text()
+
+
+def test_the_label_waits_for_the_node_to_register(tmp_path: Path) -> None:
+    code, _, _ = run_join(tmp_path, unregistered_for=3)
+    assert code == 0
+    assert (tmp_path / "state" / "label-calls").read_text().strip() == "4"
+
+
+def test_a_node_that_never_registers_fails_the_join(tmp_path: Path) -> None:
+    code, _, _ = run_join(tmp_path, unregistered_for=1000)
+    assert code == 1
+    assert int((tmp_path / "state" / "label-calls").read_text()) == kubeadm.NODE_REGISTER_WAIT_SECONDS // 2 + 1
