@@ -35,8 +35,8 @@ if [ -f {OWNER_FILE} ]; then
        exit 1 ;;
   esac
 fi
-# kubeadm only warns about cgroup v1; the kubelet then never starts and the join fails after
-# five attempts without saying why.
+# kubeadm's preflight refuses cgroup v1 for these kubelets too (SystemVerification), but only at
+# the join, after the packages are installed; this says so before anything changes.
 if [ "${{KUBERNETES_MINOR#v1.}}" -ge {FIRST_MINOR_WITHOUT_CGROUP_V1} ] && [ ! -f {CGROUP_V2_FILE} ]; then
   echo "this host runs cgroup v1, on which kubelet $KUBERNETES_MINOR does not start (failCgroupV1, KEP-5573):" \\
     "boot it with cgroup v2 (kernel argument systemd.unified_cgroup_hierarchy=1)" >&2
@@ -143,7 +143,8 @@ _CLEAN_UP = (
     "apt-mark unhold kubelet kubeadm kubectl || true; "
     "DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 purge -y -q --allow-change-held-packages "
     "kubelet kubeadm kubectl || true; "
-    "rm -f /etc/apt/sources.list.d/kubernetes.list /etc/modules-load.d/gpu-tenancy.conf /etc/sysctl.d/99-gpu-tenancy.conf; "
+    "rm -f /etc/apt/sources.list.d/kubernetes.list /etc/apt/keyrings/kubernetes-v*.gpg "
+    "/etc/modules-load.d/gpu-tenancy.conf /etc/sysctl.d/99-gpu-tenancy.conf; "
     f"rm -rf {conventions.MACHINE_STATE_DIR}"
 )
 

@@ -614,11 +614,13 @@ MAKE = shutil.which("make")
 needs_make = pytest.mark.skipif(MAKE is None, reason="GNU make is not installed")
 
 
-def run_make(tmp_path: Path, *args: str, path: str = "", **env: str) -> subprocess.CompletedProcess[str]:
+def run_make(
+    tmp_path: Path, *args: str, path: str = "", project: Path = PROJECT_DIR, **env: str
+) -> subprocess.CompletedProcess[str]:
     """``make ARGS`` in the project, with a clean environment (no MAKEFLAGS of an enclosing make)."""
     return subprocess.run(
         [str(MAKE), "--no-print-directory", *args],
-        cwd=PROJECT_DIR,
+        cwd=project,
         env={"PATH": f"{path}:/usr/bin:/bin" if path else "/usr/bin:/bin", "HOME": str(tmp_path), **env},
         capture_output=True,
         text=True,
@@ -771,6 +773,35 @@ def test_preflight_stops_on_a_cgroup_v1_engine_where_a_kubelet_needs_v2(
         assert result.returncode != 0
         assert "error: the Docker engine runs on cgroup v1, on which the kubelet of Kubernetes 1.35 and newer" in result.stderr
         assert "systemd.unified_cgroup_hierarchy=1" in result.stderr
+
+
+def project_with_stack(tmp_path: Path, stack: str, stack_yaml: str) -> Path:
+    """A copy of what ``make preflight`` reads, with one more stack file (the project's own stays untouched)."""
+    project = tmp_path / "project"
+    for directory in ("gpu_tenancy", "tools"):
+        shutil.copytree(PROJECT_DIR / directory, project / directory, ignore=shutil.ignore_patterns("__pycache__"))
+    # Copies keep their times: the virtualenv, newer than its requirements, is not made again.
+    for name in ("Makefile", "requirements.txt", "requirements-dev.txt", "policies/requirements.txt"):
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(PROJECT_DIR / name, project / name)
+    (project / ".venv").symlink_to(PROJECT_DIR / ".venv")
+    (project / f"Pulumi.{stack}.yaml").write_text(stack_yaml)
+    return project
+
+
+@needs_make
+@pytest.mark.parametrize(("version", "passes"), [("v1.34.3", True), ("v1.35.0", False)])
+def test_preflight_lets_a_cgroup_v1_engine_run_kubelets_older_than_135(tmp_path: Path, version: str, passes: bool) -> None:
+    old_kind = (
+        "config:\n"
+        f"  gpu-tenancy:management: {{nodeImage: 'kindest/node:v1.34.3'}}\n"
+        f"  gpu-tenancy:tenants: [{{name: a, kubernetesVersion: {version}, workers: [{{name: w0}}]}}]\n"
+    )
+    project = project_with_stack(tmp_path, "old", old_kind)
+    docker = str(fake_docker(tmp_path, cgroup=1))
+    result = run_make(tmp_path, "preflight", "STACK=old", f"INOTIFY_DIR={tmp_path / 'none'}", path=docker, project=project)
+    assert (result.returncode == 0) is passes, result.stderr
+    assert ("error: the Docker engine runs on cgroup v1" in result.stderr) is not passes
 
 
 @needs_make

@@ -421,9 +421,14 @@ def test_a_deleted_worker_leaves_a_host_that_now_belongs_to_another_alone(
 
 def test_a_cleaned_up_host_keeps_no_owner(tmp_path: Path) -> None:
     render = render_config(ssh_stack("v1.36.4"), stack="dev")
+    keyrings = tmp_path / "etc" / "apt" / "keyrings"
+    keyrings.mkdir(parents=True)
+    for name in ("kubernetes-v1.35.gpg", "kubernetes-v1.36.gpg", "docker.gpg"):  # two minors the host went through
+        (keyrings / name).write_text("key")
     result, log = run_delete(tmp_path, render.one(REMOTE, "gpu-host-1-prepare")["inputs"]["delete"], OWNER)
     assert result.returncode == 0, result.stderr
     assert "apt-get" in log and not (tmp_path / OWNER_FILE.removeprefix("/")).parent.exists()
+    assert [path.name for path in keyrings.iterdir()] == ["docker.gpg"], "the host's own keys stay"
 
 
 def test_each_ssh_worker_is_owned_by_its_stack_name_and_a_uuid_of_its_state() -> None:
