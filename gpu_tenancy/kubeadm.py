@@ -100,10 +100,9 @@ def join_script(
     node, so that a worker whose cards left the config leaves HAMi's ``gpu=on`` selector too. A
     fresh join labels the node the same way once it has registered: the Node of a machine joined
     anew (a replaced container, a new host under the same name) outlives the old join, and keeps
-    its old labels through the new registration. Anything else
-    is reset first: another endpoint, a new CA at the same address (a
-    control plane made anew), or another node name (a worker renamed on the same host, whose
-    kubelet could not even label the new name). A machine joined before the record existed counts
+    its old labels through the new registration. Anything else is reset first: another endpoint,
+    a new CA at the same address (a control plane made anew), or another node name (a worker
+    renamed on the same host, whose kubelet could not even label the new name). A machine joined before the record existed counts
     by its endpoint alone and is recorded. kubeadm's preflight refuses to join over what a failed
     join leaves (``bootstrap-kubelet.conf``, ``pki/ca.crt``), not only over ``kubelet.conf``.
 
