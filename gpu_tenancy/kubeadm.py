@@ -102,9 +102,10 @@ def join_script(
     anew (a replaced container, a new host under the same name) outlives the old join, and keeps
     its old labels through the new registration. Anything else is reset first: another endpoint,
     a new CA at the same address (a control plane made anew), or another node name (a worker
-    renamed on the same host, whose kubelet could not even label the new name). A machine joined before the record existed counts
-    by its endpoint alone and is recorded. kubeadm's preflight refuses to join over what a failed
-    join leaves (``bootstrap-kubelet.conf``, ``pki/ca.crt``), not only over ``kubelet.conf``.
+    renamed on the same host, whose kubelet could not even label the new name). A machine joined
+    before the record existed counts by its endpoint alone and is recorded. kubeadm's preflight
+    refuses to join over what a failed join leaves (``bootstrap-kubelet.conf``, ``pki/ca.crt``),
+    not only over ``kubelet.conf``.
 
     A token is made once and expires (``BOOTSTRAP_TOKEN_EXPIRES``, RFC 3339 UTC), after which the
     tenant's tokencleaner deletes it; a join first retried after that (a failed ``pulumi up`` run
@@ -120,10 +121,10 @@ def join_script(
     ignore = f" --ignore-preflight-errors={','.join(preflight_ignores)}" if preflight_ignores else ""
     api = join_configuration_api(kubernetes_version)
     wanted = {key: value for key, value in sorted(node_labels.items()) if value is not None}
+    removed = sorted(key for key, value in node_labels.items() if value is None)
     labels = ",".join(f"{key}={value}" for key, value in wanted.items())
     label_args = " ".join(
-        [shlex.quote(f"{key}={value}") for key, value in wanted.items()]
-        + [shlex.quote(f"{key}-") for key, value in sorted(node_labels.items()) if value is None]
+        [*(shlex.quote(f"{key}={value}") for key, value in wanted.items()), *(shlex.quote(f"{key}-") for key in removed)]
     )
     node = shlex.quote(node_name)
     version = shlex.quote(kubernetes_version)

@@ -17,6 +17,15 @@ _KUBE_VERSION: Final = re.compile(rf"v{_NUMBER}\.{_NUMBER}\.{_NUMBER}")
 EXACT_VERSION: Final = re.compile(rf"v?{_NUMBER}\.{_NUMBER}\.{_NUMBER}(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?")
 
 
+def image_tag(reference: str) -> str | None:
+    """The tag of an image reference (``kindest/node:v1.36.4@sha256:...`` -> ``v1.36.4``), or None.
+
+    Only the last path part carries a tag: ``lab:5000/node`` has a registry port and no tag.
+    """
+    last = reference.strip().partition("@")[0].rsplit("/", 1)[-1]
+    return last.partition(":")[2] if ":" in last else None
+
+
 def kubernetes_minor(version: str) -> tuple[int, int]:
     """``(major, minor)`` of a ``vX.Y.Z`` Kubernetes version; ValueError for anything else."""
     match = _KUBE_VERSION.fullmatch(version)

@@ -68,7 +68,7 @@ def needs_cgroup_v2(values: dict[str, Any]) -> bool:
     if uses_kind(values):
         management = _value(values, "management")
         image = (management.get("nodeImage") if isinstance(management, dict) else None) or versions.DEFAULT_NODE_IMAGE
-        if _without_cgroup_v1(str(image).split("@", 1)[0].rpartition(":")[2]):
+        if _without_cgroup_v1(versions.image_tag(str(image))):
             return True
     return any(
         _without_cgroup_v1(tenant.get("kubernetesVersion", versions.DEFAULT_KUBERNETES_VERSION))

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import yaml
 
-from gpu_tenancy.versions import EXACT_VERSION
+from gpu_tenancy.versions import EXACT_VERSION, image_tag
 
 from . import kinds
 from .stack import ResourceView
@@ -44,9 +44,8 @@ MOVING_TAG: Final = "latest"
 
 def image_problem(reference: str) -> str | None:
     """Why ``reference`` does not pin an image, or None. Registry ports (host:5000/x) are not tags."""
-    name, _, digest = reference.strip().partition("@")
-    last = name.rsplit("/", 1)[-1]
-    tag = last.partition(":")[2] if ":" in last else None
+    digest = reference.strip().partition("@")[2]
+    tag = image_tag(reference)
     if tag is not None and tag.lower() == MOVING_TAG:
         return f"image {reference} uses the moving tag '{MOVING_TAG}'"
     if digest:
