@@ -160,27 +160,77 @@ def _slot(name: str, size: int) -> int:
     return int.from_bytes(digest[:8], "big") % size
 
 
-def assign_vips(pool: AddressPool, tenants: Iterable[tuple[str, IPv4 | None]]) -> dict[str, IPv4]:
-    """Give every tenant a VIP: its pinned one, else a slot derived from its name.
+@dataclass(frozen=True)
+class VipClash:
+    """Two tenants that would share one VIP: ``tenant`` derives the address ``holder`` has.
 
-    A tenant's slot is a hash of its name, so adding or removing another tenant does not move it;
-    only a hash collision makes a tenant take the next free address, in config order. Pin ``vip``
-    to rule that out too.
+    Positions are indexes into the tenants as given (config order), addresses offsets into the
+    pool. ``moved_to`` is where gpu-tenancy used to put ``tenant`` itself (the next free address
+    after its slot, in config order), and so where it runs if both tenants are deployed: None if
+    no address was free.
+    """
+
+    tenant: int
+    holder: int
+    holder_pinned: bool
+    offset: int
+    moved_to: int | None
+    free: int | None  # the first address after the slot that no tenant has, nor another clash is offered
+
+
+def _moved(size: int, slots: list[int], pinned: set[int]) -> list[int | None]:
+    """Where each slot ended up when clashes took the next free address, in order (the old rule)."""
+    taken = set(pinned)
+    result: list[int | None] = []
+    for slot in slots:
+        free = next(((slot + step) % size for step in range(size) if (slot + step) % size not in taken), None)
+        if free is not None:
+            taken.add(free)
+        result.append(free)
+    return result
+
+
+def vip_clashes(size: int, tenants: list[tuple[str, int | None]]) -> list[VipClash]:
+    """Tenants whose name-derived VIP another tenant already has, pinned or derived earlier.
+
+    ``tenants`` are names with their pinned offset into a pool of ``size`` addresses, or None.
+    Pinned offsets shared between tenants are the caller's to report; they are not clashes here.
+    """
+    holders: dict[int, int] = {}
+    for index, (_, pinned) in enumerate(tenants):
+        if pinned is not None:
+            holders.setdefault(pinned, index)
+    unpinned = [index for index, (_, pinned) in enumerate(tenants) if pinned is None]
+    slots = [_slot(tenants[index][0], size) for index in unpinned]
+    moved = _moved(size, slots, set(holders))
+    used = set(holders) | set(slots)
+    clashes = []
+    for index, slot, old in zip(unpinned, slots, moved, strict=True):
+        holder = holders.setdefault(slot, index)
+        if holder != index:
+            free = next(((slot + step) % size for step in range(size) if (slot + step) % size not in used), None)
+            used.add(free)  # each clash is offered an address of its own
+            clashes.append(VipClash(index, holder, tenants[holder][1] is not None, slot, old, free))
+    return clashes
+
+
+class VipClashError(ValueError):
+    def __init__(self, pool: AddressPool, clashes: list[VipClash]) -> None:
+        super().__init__(f"tenants share VIPs of the pool {pool}")
+        self.clashes = clashes
+
+
+def assign_vips(pool: AddressPool, tenants: Iterable[tuple[str, IPv4 | None]]) -> dict[str, IPv4]:
+    """Give every tenant a VIP: its pinned one, else the address its name hashes to in the pool.
+
+    A VIP depends only on the tenant's own name and the pool, so adding, removing or reordering
+    other tenants never moves it. Two tenants whose addresses meet are refused (VipClashError):
+    taking the next free address instead would move a deployed tenant whenever a new one hashing
+    to its address is listed before it. Pinned VIPs must lie in the pool.
     """
     tenants = list(tenants)
-    taken: set[IPv4] = {vip for _, vip in tenants if vip is not None}
-    assigned: dict[str, IPv4] = {}
-    for name, vip in tenants:
-        if vip is not None:
-            assigned[name] = vip
-            continue
-        start = _slot(name, len(pool))
-        for step in range(len(pool)):
-            candidate = pool.address((start + step) % len(pool))
-            if candidate not in taken:
-                break
-        else:
-            raise ValueError(f"the MetalLB pool {pool} has no free address left for tenant {name!r}")
-        taken.add(candidate)
-        assigned[name] = candidate
-    return assigned
+    offsets = [(name, None if vip is None else int(vip) - int(pool.first)) for name, vip in tenants]
+    clashes = vip_clashes(len(pool), offsets)
+    if clashes:
+        raise VipClashError(pool, clashes)
+    return {name: vip if vip is not None else pool.address(_slot(name, len(pool))) for name, vip in tenants}

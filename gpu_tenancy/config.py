@@ -807,11 +807,16 @@ class StackConfig(_Model):
                 for address, owner in hosts.items()
                 if address in pool
             )
+        if pool is not None and len(self.tenants) > len(pool):
+            size = f"{len(pool)} address" + ("es" if len(pool) > 1 else "")
+            problems.append(
+                ("network.pool", f"{pool} holds {size}, too few for a VIP of each of the {len(self.tenants)} tenants")
+            )
         if pool is not None and not problems:
             try:
                 addressing.assign_vips(pool, [(t.name, t.vip) for t in self.tenants])
-            except ValueError as error:
-                problems.append(("network.pool", str(error)))
+            except addressing.VipClashError as error:
+                problems.extend(vip_clash_problems(self.tenants, error.clashes, lambda offset: str(pool.address(offset))))
         if pool is None and self.management.mode == "kind" and len(self.tenants) > addressing.DERIVED_POOL_SIZE:
             problems.append(
                 (
@@ -820,6 +825,17 @@ class StackConfig(_Model):
                         f"{len(self.tenants)} tenants need more VIPs than the {addressing.DERIVED_POOL_SIZE} of the pool "
                         "derived from the kind network (.200-.250 of its last /24); set network.pool to a larger range"
                     ),
+                )
+            )
+        if pool is None and self.management.mode == "kind" and not problems:
+            # The kind network, and so the pool's addresses, exist only once kind has made them; the
+            # pool's size and where a pinned VIP lies in it (checked above) are known now.
+            offsets = [(t.name, _derived_pool_offset(t.vip)) for t in self.tenants]
+            problems.extend(
+                vip_clash_problems(
+                    self.tenants,
+                    addressing.vip_clashes(addressing.DERIVED_POOL_SIZE, offsets),
+                    lambda offset: f".{addressing.DERIVED_POOL_START + offset}",
                 )
             )
         return problems
@@ -868,6 +884,36 @@ class StackConfig(_Model):
             except ValueError:
                 pass
         return {t.name: t.vip for t in self.tenants if t.vip is not None}
+
+
+def _derived_pool_offset(vip: ipaddress.IPv4Address | None) -> int | None:
+    """A pinned VIP's offset in the derived pool (.200-.250 of a /24), by its last octet."""
+    return None if vip is None else (int(vip) & 0xFF) - addressing.DERIVED_POOL_START
+
+
+def vip_clash_problems(
+    tenants: list[Tenant], clashes: list[addressing.VipClash], describe: Callable[[int], str]
+) -> list[tuple[str, str]]:
+    """One problem per tenant whose derived VIP another tenant has, with how to settle it."""
+    problems = []
+    for clash in clashes:
+        tenant, holder = tenants[clash.tenant], tenants[clash.holder]
+        other = f"tenants[{clash.holder}] ({holder.name!r})"
+        address = describe(clash.offset)
+        text = (
+            f"{tenant.name!r} derives the VIP {address} from its name, which {other} pins"
+            if clash.holder_pinned
+            else f"{tenant.name!r} and {other} both derive the VIP {address} from their names"
+        )
+        text += "; two tenants cannot share one. Pin vip on whichever is not deployed yet"
+        if clash.free is not None:
+            text += f", to a free address such as {describe(clash.free)}"
+        if clash.moved_to is not None:
+            # Deployed by a release that moved the later tenant on: pinning it there changes nothing.
+            where = describe(clash.moved_to)
+            text += f". If both are deployed, {tenant.name!r} runs at {where} (earlier releases moved it there): pin it to that"
+        problems.append((f"tenants[{clash.tenant}].vip", text))
+    return problems
 
 
 @dataclass(frozen=True)
@@ -951,8 +997,10 @@ def address_plan(config: StackConfig, node_subnets: str | None = None) -> Addres
         raise ConfigError(problems)
     try:
         vips = addressing.assign_vips(pool, [(t.name, t.vip) for t in config.tenants])
-    except ValueError as error:
-        raise ConfigError([("network.pool", str(error))]) from None
+    except addressing.VipClashError as error:
+        derived = pool
+        clashes = vip_clash_problems(config.tenants, error.clashes, lambda offset: str(derived.address(offset)))
+        raise ConfigError(clashes) from None
     problems.extend(_cidrs_holding_vips(config.tenants, vips))
     if problems:
         raise ConfigError(problems)

@@ -601,7 +601,9 @@ def test_a_named_datastore_needs_an_existing_management_cluster() -> None:
 def test_more_tenants_than_the_derived_pool_holds_need_a_pool() -> None:
     raw = {"tenants": [{"name": f"t{i}"} for i in range(52)]}
     assert "52 tenants need more VIPs than the 51 of the pool derived from the kind network" in problem_at(raw, "tenants")
-    assert StackConfig.load({"tenants": raw["tenants"][:51]})
+    # 51 tenants fill it when their VIPs are pinned: 51 names hashed into 51 slots always meet.
+    pinned = [{"name": f"t{i}", "vip": f"172.18.255.{200 + i}"} for i in range(51)]
+    assert StackConfig.load({"tenants": pinned})
 
 
 @pytest.mark.parametrize(
@@ -848,25 +850,72 @@ def test_a_pinned_pool_must_lie_in_the_kind_network_where_metallb_answers_arp() 
     ]
 
 
-def test_tenants_whose_names_hash_to_one_slot_still_get_distinct_vips() -> None:
+def test_a_tenant_whose_name_hashes_to_another_tenants_vip_is_refused_not_moved() -> None:
     pool = addressing.AddressPool.parse("172.18.255.200-172.18.255.203")
-    names = [f"t{i}" for i in range(40)]
-    by_slot: dict[int, list[str]] = {}
-    for name in names:
-        by_slot.setdefault(addressing._slot(name, len(pool)), []).append(name)
-    colliding = next(group for group in by_slot.values() if len(group) >= 2)[:2]
-    vips = addressing.assign_vips(pool, [(name, None) for name in colliding])
-    assert len(set(vips.values())) == 2
-    # The first keeps its slot; the second takes the next free address, wrapping around the pool.
-    first = pool.address(addressing._slot(colliding[0], len(pool)))
-    assert vips[colliding[0]] == first
-    assert vips[colliding[1]] == pool.address((addressing._slot(colliding[1], len(pool)) + 1) % len(pool))
-    # A pinned VIP is never handed to another tenant.
-    pinned = addressing.assign_vips(pool, [(colliding[0], None), ("pinned", first)])
-    assert pinned["pinned"] == first and pinned[colliding[0]] != first
-    # A full pool is an error naming the tenant left without an address.
-    with pytest.raises(ValueError, match="has no free address left for tenant 't"):
-        addressing.assign_vips(pool, [(name, None) for name in names[:5]])
+    # Slots in this pool of four: t0 -> 0, t1 -> 2, t2 -> 0, t4 -> 1.
+    assert [addressing._slot(name, len(pool)) for name in ("t0", "t1", "t2", "t4")] == [0, 2, 0, 1]
+    with pytest.raises(addressing.VipClashError) as caught:
+        addressing.assign_vips(pool, [(name, None) for name in ("t0", "t1", "t2", "t4")])
+    # t2 meets t0 at offset 0. The old rule moved it to the next free address, 1 (so t4 went on to
+    # 3); the free address offered is the first that no tenant derives, 3.
+    assert caught.value.clashes == [addressing.VipClash(2, 0, False, 0, 1, 3)]
+    # A pinned VIP holds its address even when listed after the tenant that derives it.
+    clashes = addressing.vip_clashes(len(pool), [("t0", None), ("pinned", 0)])
+    assert clashes == [addressing.VipClash(0, 1, True, 0, 1, 1)]
+    # Two clashes are never offered one address: t2 and t15 both meet t0 at 0.
+    both = addressing.vip_clashes(len(pool), [("t0", None), ("t2", None), ("t15", None)])
+    assert [(clash.tenant, clash.free) for clash in both] == [(1, 1), (2, 2)]
+
+
+def test_a_vip_depends_only_on_its_tenants_name_and_the_pool() -> None:
+    pool = addressing.AddressPool.parse("172.18.255.200-172.18.255.250")
+    names = [f"team-{i}" for i in range(40)]
+    alone = {name: addressing.assign_vips(pool, [(name, None)])[name] for name in names}
+    for start in range(0, 40, 4):
+        group = names[start : start + 5]
+        if addressing.vip_clashes(len(pool), [(name, None) for name in group]):
+            continue
+        for order in (group, group[::-1]):
+            assert addressing.assign_vips(pool, [(name, None) for name in order]) == {name: alone[name] for name in group}
+
+
+def test_clashing_vips_are_refused_with_where_to_pin_them() -> None:
+    # team-42 hashes to tenant-a's address (.230) in a pool of 51; listed first, it would have
+    # taken that address under the old rule and moved tenant-a on to .231.
+    raw = dev_config()
+    raw["tenants"].insert(0, {"name": "team-42"})
+    expected = (
+        "'tenant-a' and tenants[0] ('team-42') both derive the VIP {0}230 from their names; two tenants cannot share one. "
+        "Pin vip on whichever is not deployed yet, to a free address such as {0}231. If both are deployed, 'tenant-a' "
+        "runs at {0}231 (earlier releases moved it there): pin it to that"
+    )
+    assert problems(raw) == [("tenants[1].vip", expected.format("."))]
+    raw["network"] = {"pool": "172.18.255.200-172.18.255.250"}
+    assert problems(raw) == [("tenants[1].vip", expected.format("172.18.255."))]
+    # A pinned VIP is held against a tenant deriving it, wherever the two are listed.
+    raw["tenants"][0]["vip"] = "172.18.255.219"  # tenant-b's derived address
+    assert problems(raw) == [
+        (
+            "tenants[2].vip",
+            "'tenant-b' derives the VIP 172.18.255.219 from its name, which tenants[0] ('team-42') pins; two tenants "
+            "cannot share one. Pin vip on whichever is not deployed yet, to a free address such as 172.18.255.220. "
+            "If both are deployed, 'tenant-b' runs at 172.18.255.220 (earlier releases moved it there): pin it to that",
+        )
+    ]
+    raw["tenants"][0]["vip"] = "172.18.255.231"
+    assert StackConfig.load(raw).known_vips()["tenant-a"] == ipaddress.IPv4Address("172.18.255.230")
+    # Before kind has made its network, a pinned VIP lies in the derived pool by its last octet.
+    del raw["network"]
+    raw["tenants"][0]["vip"] = "172.18.255.219"
+    assert problem_at(raw, "tenants[2].vip").startswith("'tenant-b' derives the VIP .219 from its name, which tenants[0]")
+
+
+def test_a_pinned_pool_smaller_than_the_tenants_is_refused() -> None:
+    raw = dev_config()
+    raw["network"] = {"pool": "172.18.255.230-172.18.255.230"}
+    assert problem_at(raw, "network.pool") == (
+        "172.18.255.230-172.18.255.230 holds 1 address, too few for a VIP of each of the 2 tenants"
+    )
 
 
 @pytest.mark.parametrize(

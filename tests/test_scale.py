@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import platform
 import time
@@ -10,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from gpu_tenancy import addressing
+from gpu_tenancy.config import StackConfig
 from tests.conftest import render_config
 from tools import bench, harness, render_graph
 
@@ -76,6 +79,26 @@ def test_removing_a_tenant_changes_no_other_resources_inputs(small: harness.Rend
     shrunk = inputs_by_urn(render_config(config))
     before = inputs_by_urn(small)
     assert [urn for urn, inputs in shrunk.items() if before[urn] != inputs] == []
+
+
+def test_a_tenant_that_would_take_anothers_vip_is_refused_rather_than_moving_it() -> None:
+    config = bench.scale_config(2)
+    pool = addressing.AddressPool.parse(bench.SCALE_POOL)
+
+    def vip(name: str) -> addressing.IPv4:
+        return addressing.assign_vips(pool, [(name, None)])[name]
+
+    clashing = next(name for name in (f"team-{i}" for i in itertools.count()) if vip(name) == vip("tenant-001"))
+    config["tenants"].insert(0, {"name": clashing})
+    with pytest.raises(harness.RenderError, match=rf"tenants\[2\]\.vip: 'tenant-001' and tenants\[0\] \('{clashing}'\)"):
+        render_config(config)
+
+
+def test_generated_stacks_pin_only_the_tenants_whose_names_clash() -> None:
+    tenants = bench.scale_config(200)["tenants"]
+    # tenant-105 hashes to tenant-011's address in the bench's pool.
+    assert [(tenant["name"], tenant["vip"]) for tenant in tenants if "vip" in tenant] == [("tenant-105", "172.18.244.81")]
+    assert StackConfig.load({"network": {"pool": bench.SCALE_POOL}, "tenants": tenants})
 
 
 def test_two_renders_of_one_config_produce_identical_inputs(large: harness.Render) -> None:

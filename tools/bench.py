@@ -36,21 +36,35 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpu_tenancy import addressing
+
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 # Inside kind's usual 172.18.0.0/16 and large enough for hundreds of tenant VIPs.
 SCALE_POOL = "172.18.128.0-172.18.255.254"  # not the broadcast address
 
 
 def scale_config(tenants: int) -> dict[str, Any]:
-    """``gpu-tenancy`` keys of a stack with ``tenants`` tenants, two workers with two L4 each."""
+    """``gpu-tenancy`` keys of a stack with ``tenants`` tenants, two workers with two L4 each.
+
+    VIPs are derived from the names, except where two names hash to one address: the later tenant
+    is pinned to the address the config's error offers, as a user would.
+    """
+    names = [f"tenant-{i:03d}" for i in range(tenants)]
+    pool = addressing.AddressPool.parse(SCALE_POOL)
+    pinned = {
+        clash.tenant: str(pool.address(clash.free))
+        for clash in addressing.vip_clashes(len(pool), [(name, None) for name in names])
+        if clash.free is not None
+    }
     return {
         "network": {"pool": SCALE_POOL},
         "tenants": [
             {
-                "name": f"tenant-{i:03d}",
-                "workers": [{"name": f"tenant-{i:03d}-worker-{j}", "gpus": [{"model": "L4", "count": 2}]} for j in range(2)],
+                "name": name,
+                **({"vip": pinned[i]} if i in pinned else {}),
+                "workers": [{"name": f"{name}-worker-{j}", "gpus": [{"model": "L4", "count": 2}]} for j in range(2)],
             }
-            for i in range(tenants)
+            for i, name in enumerate(names)
         ],
     }
 
