@@ -55,8 +55,11 @@ class DockerWorkerMachine(pulumi.ComponentResource):
         tenant: str,
         kubernetes_version: str,
         host: DockerHost,
+        after: list[pulumi.Resource],
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        """``after``: what the container waits for (the image pull does not), on creation and on
+        replacement; the old container is removed only then (it is replaced delete-first)."""
         super().__init__("gpu-tenancy:worker:DockerWorkerMachine", name, None, opts)
         self.hostname = name
         image = docker.RemoteImage(
@@ -94,7 +97,7 @@ class DockerWorkerMachine(pulumi.ComponentResource):
             # The anonymous /var volume holds containerd's images and kubelet's state; it goes with the container.
             remove_volumes=True,
             # The container name is fixed, so a replacement must remove the old one first.
-            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True, depends_on=after),
         )
         self.machine_id = container.id
         # The name is ours, fixed above; every command on the machine waits for it through machine_id.

@@ -43,8 +43,7 @@ class Tenant(pulumi.ComponentResource):
         super().__init__("gpu-tenancy:tenant:Tenant", config.name, None, opts)
         name = config.name
         child = pulumi.ResourceOptions(parent=self)
-        machines = {worker.name: self._machine(config, worker, docker_host) for worker in config.workers}
-        nested_nodes = any(machine.nested for machine in machines.values())
+        nested_nodes = any(_machine_type(worker).nested for worker in config.workers)
         rootless = docker_host.rootless if nested_nodes and docker_host is not None else False
         self.control_plane = TenantControlPlane(
             name,
@@ -58,6 +57,7 @@ class Tenant(pulumi.ComponentResource):
             rootless=rootless,
             opts=child,
         )
+        machines = {worker.name: self._machine(config, worker, docker_host) for worker in config.workers}
         self.outputs = self._outputs(config)
         # A control plane may come before its hardware. The pod network's operator and HAMi need a
         # node to run on (their Helm releases would time out waiting for one), so they come with
@@ -160,4 +160,12 @@ class Tenant(pulumi.ComponentResource):
             return SshWorkerMachine(worker.name, worker.ssh, tenant.kubernetes_version, gpu_mode, child)
         if docker_host is None:  # config validation requires a network for docker workers
             raise ValueError(f"docker worker {worker.name} has no docker host to run on")
-        return DockerWorkerMachine(worker.name, tenant.name, tenant.kubernetes_version, docker_host, child)
+        # A new version replaces a container (its node image changes) only once the control plane
+        # runs that version: the old node keeps serving through the upgrade, and stays if it fails.
+        return DockerWorkerMachine(
+            worker.name, tenant.name, tenant.kubernetes_version, docker_host, [self.control_plane.cluster], child
+        )
+
+
+def _machine_type(worker: WorkerConfig) -> type[SshWorkerMachine | DockerWorkerMachine]:
+    return SshWorkerMachine if worker.ssh is not None else DockerWorkerMachine

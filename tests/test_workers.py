@@ -137,6 +137,17 @@ def test_machine_waits_for_the_kind_network(dev: harness.Render) -> None:
     assert dev.one(COMMAND, "gpu-tenancy-management-kind-network")["urn"] in container["dependencies"]
 
 
+def test_a_container_is_made_or_replaced_only_once_its_control_plane_is_ready(dev: harness.Render) -> None:
+    # A version bump replaces the container (its image changes), delete-first: waiting for the
+    # TCP's update keeps the old node until the control plane runs the new version.
+    container = dev.one(CONTAINER, "tenant-a-worker-0")
+    assert dev.one(TCP, "tenant-a")["urn"] in container["dependencies"]
+    assert not dev.waits_for(container, dev.one(TCP, "tenant-b"))
+    # The node image is pulled meanwhile.
+    image = dev.one("docker:index/remoteImage:RemoteImage", "tenant-a-worker-0-image")
+    assert not dev.waits_for(image, dev.one(TCP, "tenant-a"))
+
+
 def token_secret(render: harness.Render, worker: str) -> dict:
     return render.one(SECRET, f"{worker}-bootstrap-token")
 
