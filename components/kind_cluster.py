@@ -40,13 +40,18 @@ _EXISTS = 'printf \'%s\\n\' "$clusters" | grep -qx "$KIND_CLUSTER"'
 # The CA line of a kubeconfig: a cluster's identity, new with every `kind create`.
 _CA = "grep certificate-authority-data"
 
+# The engine the docker CLI, and so kind, talks to: DOCKER_HOST, else the current context's.
+_CLI_ENGINE = """engine="${DOCKER_HOST:-}"
+[ -n "$engine" ] || engine="$(docker context inspect --format '{{.Endpoints.docker.Host}}' 2>/dev/null || true)"
+"""
+
 # Pulumi reaches every tenant API server at its MetalLB VIP on the kind network, so this machine must
 # route to container addresses: not so with a remote engine (kind's kubeconfig would point at
 # 127.0.0.1 here) nor a rootless one, whose container network lives in RootlessKit's namespace
 # (moby/moby#43625). Refused before kind creates anything.
-_LOCAL_ROOTFUL_ENGINE = """engine="${DOCKER_HOST:-}"
-[ -n "$engine" ] || engine="$(docker context inspect --format '{{.Endpoints.docker.Host}}' 2>/dev/null || true)"
-case "$engine" in
+_LOCAL_ROOTFUL_ENGINE = (
+    _CLI_ENGINE
+    + """case "$engine" in
   "" | unix://*) ;;
   *)
     echo "error: the docker engine at $engine is not on this machine; Pulumi reaches the tenant API servers" \\
@@ -59,6 +64,7 @@ if docker info --format '{{json .SecurityOptions}}' | grep -q 'name=rootless'; t
   exit 1
 fi
 """
+)
 
 # The kubeconfig goes to stdout and kind's progress to stderr. kind is pointed at a throwaway
 # kubeconfig so the user's ~/.kube/config and current context are left alone.
@@ -98,8 +104,11 @@ _DELETE = (
     "set -eu\n"
     + _KIND_ENVIRONMENT
     + _START
+    # A cluster not found may be gone, or made on the engine of another docker context: say which was asked.
+    + _CLI_ENGINE
     + f"""if ! {_EXISTS}; then
-  echo "kind cluster $KIND_CLUSTER is already gone" >&2
+  echo "kind cluster $KIND_CLUSTER is already gone from the docker engine at ${{engine:-(unknown)}}; if it was" \\
+    "made on another engine (docker context, DOCKER_HOST), delete it there: kind delete cluster --name $KIND_CLUSTER" >&2
   exit 0
 fi
 owner=""

@@ -119,6 +119,19 @@ def test_a_cluster_of_someone_else_or_of_an_unfinished_create_is_refused(tmp_pat
     assert not [line for line in log if line.startswith(("kind create", "kind get kubeconfig"))]
 
 
+@pytest.mark.parametrize(
+    ("docker_host", "engine"),
+    [(None, "unix:///run/user/1000/docker.sock"), ("tcp://10.0.0.5:2375", "tcp://10.0.0.5:2375")],
+)
+def test_a_cluster_not_found_names_the_engine_that_was_asked(tmp_path: Path, docker_host: str | None, engine: str) -> None:
+    # Made through another docker context, it would be left running and forgotten by the state.
+    context = "unix:///run/user/1000/docker.sock"
+    result, log = run(kind_cluster._DELETE, tmp_path, exists=False, owner=None, context=context, docker_host=docker_host)
+    assert result.returncode == 0, result.stderr
+    assert f"kind cluster kamaji is already gone from the docker engine at {engine}; if it was made on another" in result.stderr
+    assert not [line for line in log if line.startswith("kind delete")]
+
+
 def test_destroy_deletes_this_stacks_cluster(tmp_path: Path) -> None:
     result, log = run(kind_cluster._DELETE, tmp_path, exists=True, owner=OWNER)
     assert result.returncode == 0, result.stderr
