@@ -165,9 +165,9 @@ class VipClash:
     """Two tenants that would share one VIP: ``tenant`` derives the address ``holder`` has.
 
     Positions are indexes into the tenants as given (config order), addresses offsets into the
-    pool. ``moved_to`` is where gpu-tenancy used to put ``tenant`` itself (the next free address
-    after its slot, in config order), and so where it runs if both tenants are deployed: None if
-    no address was free.
+    pool. ``moved_to`` is where gpu-tenancy's old rule (the next free address after the slot, in
+    config order) puts ``tenant`` with the tenants as listed now: where it runs if both were deployed
+    with this list, not if tenants were added before it since. None if no address was free.
     """
 
     tenant: int
@@ -175,7 +175,7 @@ class VipClash:
     holder_pinned: bool
     offset: int
     moved_to: int | None
-    free: int | None  # the first address after the slot that no tenant has, nor another clash is offered
+    free: int | None  # the first address after the slot that no tenant has or may have had, nor another clash is offered
 
 
 def _moved(size: int, slots: list[int], pinned: set[int]) -> list[int | None]:
@@ -203,7 +203,8 @@ def vip_clashes(size: int, tenants: list[tuple[str, int | None]]) -> list[VipCla
     unpinned = [index for index, (_, pinned) in enumerate(tenants) if pinned is None]
     slots = [_slot(tenants[index][0], size) for index in unpinned]
     moved = _moved(size, slots, set(holders))
-    used = set(holders) | set(slots)
+    # Nor is an address the old rule may have given a deployed tenant offered as free.
+    used = set(holders) | set(slots) | {offset for offset in moved if offset is not None}
     clashes = []
     for index, slot, old in zip(unpinned, slots, moved, strict=True):
         holder = holders.setdefault(slot, index)

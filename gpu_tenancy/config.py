@@ -909,9 +909,13 @@ def vip_clash_problems(
         if clash.free is not None:
             text += f", to a free address such as {describe(clash.free)}"
         if clash.moved_to is not None:
-            # Deployed by a release that moved the later tenant on: pinning it there changes nothing.
+            # Deployed by a release that moved the later tenant on, it must be pinned where it runs:
+            # the old rule's answer holds only if no tenant was added before it since.
             where = describe(clash.moved_to)
-            text += f". If both are deployed, {tenant.name!r} runs at {where} (earlier releases moved it there): pin it to that"
+            text += (
+                f". If both are deployed, pin {tenant.name!r} where it runs, its stack output tenants.{tenant.name}.endpoint"
+                f" (earlier releases moved it on: to {where} if no tenant was added before it since)"
+            )
         problems.append((f"tenants[{clash.tenant}].vip", text))
     return problems
 
