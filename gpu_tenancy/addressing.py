@@ -178,12 +178,17 @@ class VipClash:
     free: int | None  # the first address after the slot that no tenant has or may have had, nor another clash is offered
 
 
+def _next_free(slot: int, size: int, taken: set[int | None]) -> int | None:
+    """The first offset from ``slot`` on, wrapping around the pool, that is not ``taken``."""
+    return next(((slot + step) % size for step in range(size) if (slot + step) % size not in taken), None)
+
+
 def _moved(size: int, slots: list[int], pinned: set[int]) -> list[int | None]:
     """Where each slot ended up when clashes took the next free address, in order (the old rule)."""
-    taken = set(pinned)
+    taken: set[int | None] = set(pinned)
     result: list[int | None] = []
     for slot in slots:
-        free = next(((slot + step) % size for step in range(size) if (slot + step) % size not in taken), None)
+        free = _next_free(slot, size, taken)
         if free is not None:
             taken.add(free)
         result.append(free)
@@ -203,13 +208,13 @@ def vip_clashes(size: int, tenants: list[tuple[str, int | None]]) -> list[VipCla
     unpinned = [index for index, (_, pinned) in enumerate(tenants) if pinned is None]
     slots = [_slot(tenants[index][0], size) for index in unpinned]
     moved = _moved(size, slots, set(holders))
-    # Nor is an address the old rule may have given a deployed tenant offered as free.
-    used = set(holders) | set(slots) | {offset for offset in moved if offset is not None}
+    # Never offered as free: a tenant's address, nor one the old rule may have given a deployed tenant.
+    used: set[int | None] = set(holders) | set(slots) | set(moved)
     clashes = []
     for index, slot, old in zip(unpinned, slots, moved, strict=True):
         holder = holders.setdefault(slot, index)
         if holder != index:
-            free = next(((slot + step) % size for step in range(size) if (slot + step) % size not in used), None)
+            free = _next_free(slot, size, used)
             used.add(free)  # each clash is offered an address of its own
             clashes.append(VipClash(index, holder, tenants[holder][1] is not None, slot, old, free))
     return clashes
