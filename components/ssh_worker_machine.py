@@ -30,6 +30,8 @@ _PREPARE = (
 if [ -f {OWNER_FILE} ]; then
   case "$(cat {OWNER_FILE})" in
     "${{{conventions.ENV_OWNER}%/*/*}}"/*) ;;
+    # The same UUID of the same state: the stack (or the project) was renamed.
+    */"${{{conventions.ENV_OWNER}##*/}}") ;;
     *) echo "this host belongs to $(cat {OWNER_FILE}) (project/stack/worker/id): remove that worker from its" \\
          "stack first, or delete {OWNER_FILE} if that stack is gone" >&2
        exit 1 ;;
@@ -69,7 +71,8 @@ done
 # containerd, with the systemd cgroup driver the tenants' kubelets use. Docker CE's containerd.io
 # Provides and Conflicts containerd and runc, so installing the distribution's containerd would
 # make apt remove containerd.io and docker-ce with it: a host that has containerd.io keeps it.
-set -- ca-certificates curl gpg conntrack
+# kubeadm's preflight needs iptables on PATH, which reaches a host only as a Recommends of kubelet.
+set -- ca-certificates curl gpg conntrack iptables
 case "$(dpkg-query -W -f='${Status}' containerd.io 2>/dev/null || true)" in
   *" ok installed") echo "containerd.io (Docker CE) is installed: kubelet uses its containerd" >&2 ;;
   *) set -- containerd "$@" ;;
@@ -118,7 +121,16 @@ fi
 keyring=/etc/apt/keyrings/kubernetes-$KUBERNETES_MINOR.gpg
 repository="$PACKAGE_REPOSITORY/$KUBERNETES_MINOR/deb/"
 install -m 0755 -d /etc/apt/keyrings
-[ -s "$keyring" ] || curl -fsSL "${repository}Release.key" | gpg --dearmor -o "$keyring"
+# Without pipefail (dash has none) a failed download would still leave an empty keyring, and gpg
+# would then ask on a terminal there is none of before overwriting it: download, then dearmor
+# into place, so that a failed step leaves no keyring and the next run fetches it again.
+if [ ! -s "$keyring" ]; then
+  key="$(mktemp)"
+  curl -fsSL "${repository}Release.key" -o "$key" || { rm -f "$key"; exit 1; }
+  gpg --batch --yes --dearmor -o "$keyring.new" "$key" || { rm -f "$key" "$keyring.new"; exit 1; }
+  rm -f "$key"
+  mv "$keyring.new" "$keyring"
+fi
 echo "deb [signed-by=$keyring] $repository /" > /etc/apt/sources.list.d/kubernetes.list
 apt_get update -q
 package_version="$(apt-cache madison kubeadm | awk -v v="${KUBERNETES_VERSION#v}-" 'index($3, v) == 1 { print $3; exit }')"
@@ -161,11 +173,16 @@ def owned(owner: str, delete: str) -> str:
     A worker renamed on the same host, or a host handed to a new worker, has by then been prepared
     and joined anew under its new owner, and the old worker's deletes (kubeadm reset, the purge of
     kubelet) must not undo that. A host prepared before owners were written has none: it is
-    cleaned up as before.
+    cleaned up as before, unless it has no kubeadm either: a host reinstalled since has nothing of
+    the worker's left, and ``kubeadm reset`` would fail its delete (only ``pulumi state delete``
+    would get past that).
     """
     return (
         f'if [ -f {OWNER_FILE} ] && [ "$(cat {OWNER_FILE})" != {shlex.quote(owner)} ]; then '
-        f'echo "this host is now $(cat {OWNER_FILE}), no longer {owner}: left as it is" >&2; exit 0; fi; {delete}'
+        f'echo "this host is now $(cat {OWNER_FILE}), no longer {owner}: left as it is" >&2; exit 0; fi; '
+        f"if [ ! -f {OWNER_FILE} ] && ! command -v kubeadm >/dev/null; then "
+        f'echo "this host has no {OWNER_FILE} and no kubeadm (reinstalled?): nothing of {owner} to undo" >&2; exit 0; fi; '
+        f"{delete}"
     )
 
 

@@ -46,6 +46,7 @@ def run_prepare(
     containerd: str = "1.7",
     nvidia_ctk: str | None = None,
     *,
+    curl: str | None = None,
     version: str = "v1.36.4",
     cgroup_v2: bool = True,
     owner_on_host: str | None = None,
@@ -64,7 +65,7 @@ def run_prepare(
         (etc / "gpu-tenancy").mkdir()
         (etc / "gpu-tenancy" / "owner").write_text(f"{owner_on_host}\n")
     cgroup = tmp_path / "sys" / "fs" / "cgroup"
-    cgroup.mkdir(parents=True)
+    cgroup.mkdir(parents=True, exist_ok=True)
     if cgroup_v2:
         (cgroup / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
     if config is not None:
@@ -104,11 +105,18 @@ exit 0""",
             f"grep -q '^imports = .*conf.d' '{etc}/containerd/config.toml' ||\n"
             f"  sed -i '1i imports = [\"/etc/containerd/conf.d/*.toml\"]' '{etc}/containerd/config.toml'"
         ),
-        "gpg": ': > "$3"',
+        # gpg writes where -o says; without a terminal it overwrites a file only with --yes.
+        "gpg": """yes= out=
+while [ $# -gt 0 ]; do case "$1" in --yes) yes=1 ;; -o) out="$2"; shift ;; esac; shift; done
+if [ -e "$out" ] && [ -z "$yes" ]; then echo "gpg: cannot open '/dev/tty': No such device or address" >&2; exit 2; fi
+echo key > "$out"
+""",
         "systemctl": ":",
     }
     if nvidia_ctk is not None:
         stand_ins["nvidia-ctk"] = nvidia_ctk
+    if curl is not None:
+        stand_ins["curl"] = curl
     for name in ("modprobe", "sysctl", "swapoff", "apt-mark", "curl", "nvidia-smi", *stand_ins):
         executable(bin_dir / name, f'#!/bin/sh\necho "{name} $*" >> "$LOG"\n{stand_ins.get(name, ":")}\n')
     return subprocess.run(
@@ -184,9 +192,12 @@ def test_the_preparation_first_marks_the_host_as_its_workers(tmp_path: Path) -> 
     [
         (f"gpu-tenancy/dev/gpu-host-0/{uuid.uuid4()}", True),  # renamed within the stack: taken over
         (f"gpu-tenancy/dev/gpu-host-1/{uuid.uuid4()}", True),  # the stack's state made anew
-        (f"gpu-tenancy/prod/gpu-host-1/{UNIQUE}", False),
-        (f"gpu-tenancy/dev-2/gpu-host-1/{UNIQUE}", False),  # a prefix of the name is another stack
-        (f"other-project/dev/gpu-host-1/{UNIQUE}", False),
+        (f"gpu-tenancy/prod/gpu-host-1/{UNIQUE}", True),  # the same state: `pulumi stack rename prod dev`
+        (f"old-name/dev/gpu-host-1/{UNIQUE}", True),  # the same state, the project renamed
+        (f"gpu-tenancy/prod/gpu-host-1/{uuid.uuid4()}", False),
+        (f"gpu-tenancy/dev-2/gpu-host-1/{uuid.uuid4()}", False),  # a prefix of the name is another stack
+        (f"other-project/dev/gpu-host-1/{uuid.uuid4()}", False),
+        (f"gpu-tenancy/prod/gpu-host-1/{UNIQUE}0", False),  # the UUID must match whole
     ],
 )
 def test_a_host_another_stack_prepared_is_left_to_it(tmp_path: Path, owner_on_host: str, prepared: bool) -> None:
@@ -200,6 +211,35 @@ def test_a_host_another_stack_prepared_is_left_to_it(tmp_path: Path, owner_on_ho
         assert f"this host belongs to {owner_on_host} (project/stack/worker/id)" in result.stderr
         assert owner_file == f"{owner_on_host}\n"
         assert not (tmp_path / "log").exists(), "nothing on the host was touched"
+
+
+def test_a_failed_key_download_leaves_no_keyring_and_the_next_run_fetches_it(tmp_path: Path) -> None:
+    # Piped into gpg, a failed download left an empty keyring that gpg then refused to overwrite
+    # without a terminal: every later run failed until someone deleted the file.
+    keyring = tmp_path / "etc" / "apt" / "keyrings" / "kubernetes-v1.36.gpg"
+    failed = run_prepare(tmp_path, None, curl='echo "curl: (6) Could not resolve host" >&2; exit 6')
+    assert failed.returncode == 1 and "Could not resolve host" in failed.stderr
+    assert not keyring.exists() and not keyring.with_name(f"{keyring.name}.new").exists()
+    again = run_prepare(tmp_path, None)
+    assert again.returncode == 0, again.stderr
+    assert keyring.exists()
+
+
+def test_an_empty_keyring_an_earlier_release_left_is_replaced(tmp_path: Path) -> None:
+    keyring = tmp_path / "etc" / "apt" / "keyrings" / "kubernetes-v1.36.gpg"
+    keyring.parent.mkdir(parents=True)
+    keyring.write_text("")
+    result = run_prepare(tmp_path, None)
+    assert result.returncode == 0, result.stderr
+    assert [line for line in calls(tmp_path, "gpg") if "--dearmor" in line], "the key was fetched again"
+    assert keyring.exists() and not keyring.with_name(f"{keyring.name}.new").exists()
+
+
+def test_kubeadm_is_given_the_iptables_its_preflight_requires(tmp_path: Path) -> None:
+    result = run_prepare(tmp_path, None)
+    assert result.returncode == 0, result.stderr
+    installs = [line.split() for line in calls(tmp_path, "apt-get") if " install " in line]
+    assert "iptables" in installs[0], installs
 
 
 @pytest.mark.parametrize(
@@ -368,7 +408,9 @@ def test_an_unpinned_host_key_is_warned_about_and_a_pinned_one_checked(
 # --- a host that changes hands -----------------------------------------------------------------------
 
 
-def run_delete(tmp_path: Path, delete: str, owner_on_host: str | None) -> tuple[subprocess.CompletedProcess[str], str]:
+def run_delete(
+    tmp_path: Path, delete: str, owner_on_host: str | None, *, kubeadm: bool = True
+) -> tuple[subprocess.CompletedProcess[str], str]:
     """A rendered ``sudo -n sh -c <script>`` delete, on a host whose owner file holds ``owner_on_host``.
 
     Paths under /etc, /var and /usr/local are moved into ``tmp_path``; every tool it runs is a stand-in.
@@ -383,7 +425,7 @@ def run_delete(tmp_path: Path, delete: str, owner_on_host: str | None) -> tuple[
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     tables = [f"{table}-{way}" for table in ("iptables", "ip6tables") for way in ("save", "restore")]
-    for tool in ("kubeadm", "kubectl", "apt-get", "apt-mark", "systemctl", *tables):
+    for tool in ("kubeadm", "kubectl", "apt-get", "apt-mark", "systemctl", *tables)[0 if kubeadm else 1 :]:
         executable(bin_dir / tool, f'#!/bin/sh\necho "{tool} $*" >> "{tmp_path}/log"\n')
     result = subprocess.run(
         ["sh", "-c", script], env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, capture_output=True, text=True, timeout=30, check=False
@@ -417,6 +459,24 @@ def test_a_deleted_worker_leaves_a_host_that_now_belongs_to_another_alone(
         assert log == ""
         assert f"this host is now {owner_on_host}, no longer {OWNER}: left as it is" in result.stderr
         assert (tmp_path / OWNER_FILE.removeprefix("/")).exists()
+
+
+@pytest.mark.parametrize("command", ["gpu-host-1-prepare", "gpu-host-1-join"])
+@pytest.mark.parametrize(("owner_on_host", "kubeadm", "runs"), [(None, False, False), (None, True, True), (OWNER, False, True)])
+def test_a_reinstalled_host_has_nothing_to_undo(
+    tmp_path: Path, command: str, owner_on_host: str | None, kubeadm: bool, runs: bool
+) -> None:
+    # A host reinstalled after its worker joined: `kubeadm reset` would fail the delete (127).
+    render = render_config(ssh_stack("v1.36.4"), stack="dev")
+    delete = render.one(REMOTE, command)["inputs"]["delete"]
+    result, log = run_delete(tmp_path, delete, owner_on_host, kubeadm=kubeadm)
+    if runs:  # it ran (the join's reset fails where our host lost kubeadm: something else removed it)
+        assert "nothing of" not in result.stderr and (log or "kubeadm: not found" in result.stderr), (result.stderr, log)
+    else:
+        assert result.returncode == 0, result.stderr
+        assert log == ""
+        owner_file = tmp_path / OWNER_FILE.removeprefix("/")
+        assert f"this host has no {owner_file} and no kubeadm (reinstalled?): nothing of {OWNER} to undo" in result.stderr
 
 
 def test_a_cleaned_up_host_keeps_no_owner(tmp_path: Path) -> None:
