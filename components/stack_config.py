@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pulumi
-from pulumi.runtime.config import CONFIG, get_config_env
+from pulumi.runtime.config import CONFIG, get_config_env, is_config_secret
 
 from gpu_tenancy.config import CONFIG_NAMESPACE, ConfigError, StackConfig, config_value, misspelt_namespaces
 
@@ -30,8 +30,9 @@ def read_stack_config() -> StackConfig:
         name = key[len(prefix) :]
         value = config.get(name)
         raw[name] = config_value(value) if value is not None else None
+    secret = [key[len(prefix) :] for key in keys if is_config_secret(key)]
     try:
-        return StackConfig.load(raw)
+        return StackConfig.load(raw, secret_keys=secret)
     except ConfigError as error:
         raise StackConfigError(str(error)) from None
 

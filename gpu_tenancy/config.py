@@ -12,7 +12,7 @@ import ipaddress
 import json
 import re
 import socket
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Annotated, Any, ClassVar, Final, Literal
@@ -595,12 +595,15 @@ class StackConfig(_Model):
     tenants: list[Tenant] = []
 
     @classmethod
-    def load(cls, raw: dict[str, Any]) -> StackConfig:
-        """Validate the stack's ``gpu-tenancy`` keys (without the namespace prefix)."""
+    def load(cls, raw: dict[str, Any], secret_keys: Collection[str] = ()) -> StackConfig:
+        """Validate the stack's ``gpu-tenancy`` keys (without the namespace prefix).
+
+        ``secret_keys``: those holding a secret anywhere, whose values no error repeats.
+        """
         try:
             config = cls.model_validate(raw)
         except ValidationError as error:
-            raise ConfigError(_pydantic_problems(error)) from None
+            raise ConfigError(_pydantic_problems(error, secret_keys)) from None
         problems = list(config._cross_checks())
         if problems:
             raise ConfigError(problems)
@@ -1055,7 +1058,7 @@ def _not_text(value: Any, shown: bool) -> str:
     return f"must be text, not {kind}" + ("; quote it" if kind in ("a boolean", "a number or boolean") else "")
 
 
-def _pydantic_problems(error: ValidationError) -> list[tuple[str, str]]:
+def _pydantic_problems(error: ValidationError, secret_keys: Collection[str]) -> list[tuple[str, str]]:
     problems = []
     for item in error.errors(include_url=False):
         path = ""
@@ -1069,6 +1072,13 @@ def _pydantic_problems(error: ValidationError) -> list[tuple[str, str]]:
         if item["type"] in _SHAPES:
             # pydantic names Python classes ("a valid dictionary or instance of Tenant"); say it in YAML's terms.
             message = f"must be {_SHAPES[item['type']]}, not {_yaml_kind(item.get('input'))}"
+            # A secret set with --path makes its whole top-level key secret for the program, so the
+            # other values of that key stay quoted in errors. Not text where an object belongs:
+            # `pulumi config set --secret --path 'gpu-tenancy:tenants[0].workers[0]' "$(cat worker.json)"`
+            # hands the program a worker, its SSH key with it, as one text.
+            if item["loc"][0] in secret_keys:
+                problems.append((path, message))
+                continue
         if item["type"] == "string_type":
             problems.append((path, _not_text(item.get("input"), shown=not _may_hold_a_secret(item["loc"]))))
             continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 from typing import Any
 
 import pytest
@@ -632,6 +633,22 @@ def test_an_error_about_a_secret_does_not_echo_it() -> None:
     assert "TOPSECRET" not in message
     worker = {"name": "w", "ssh": {"host": "h", "user": "u", "privateKey": 42}}
     assert "42" not in problem_at({"tenants": [{"name": "a", "workers": [worker]}]}, "tenants[0].workers[0].ssh.privateKey")
+
+
+@pytest.mark.parametrize("where", ["worker", "tenant", "workers"])
+def test_an_object_set_as_one_secret_is_not_echoed_where_an_object_belongs(where: str) -> None:
+    # `pulumi config set --secret --path 'gpu-tenancy:tenants[0].workers[0]' "$(cat worker.json)"`:
+    # the engine hands the program the JSON as text, and marks the key secret.
+    worker = {"name": "w", "ssh": {"host": "h", "user": "u", "privateKey": "-----BEGIN OPENSSH PRIVATE KEY-----TOPSECRET"}}
+    raw, path, kind = {
+        "worker": ({"tenants": [{"name": "a", "workers": [json.dumps(worker)]}]}, "tenants[0].workers[0]", "an object of keys"),
+        "tenant": ({"tenants": [json.dumps({"name": "a", "workers": [worker]})]}, "tenants[0]", "an object of keys"),
+        "workers": ({"tenants": [{"name": "a", "workers": json.dumps([worker])}]}, "tenants[0].workers", "a list"),
+    }[where]
+    with pytest.raises(ConfigError) as caught:
+        StackConfig.load(raw, secret_keys=["tenants"])
+    assert dict(caught.value.problems)[path] == f"must be {kind}, not text"
+    assert "(got '" in problem_at(raw, path), "a value the stack does not mark secret is named"
 
 
 # --- Values that could never deploy, refused before any resource exists (fuzzing review, 2026-12-01) ---

@@ -236,3 +236,17 @@ def test_errors_stay_readable_when_a_path_secret_makes_the_whole_key_secret() ->
     assert "tenants[0].name: 'Team_A' is not a DNS-1035 label" in str(caught.value)
     assert "tenants[0].workers[0].ssh.privateKey: must be text, not a number or boolean; quote it" in str(caught.value)
     assert "42" not in str(caught.value)
+
+
+def test_an_object_set_as_one_secret_with_path_is_not_echoed() -> None:
+    # `pulumi config set --secret --path 'gpu-tenancy:tenants[0].workers[0]' "$(cat worker.json)"`
+    # stores the worker, its SSH key with it, as one secret text.
+    worker = {"name": "w", "ssh": {"host": "10.0.0.11", "user": "ubuntu", "privateKey": "TOPSECRET"}}
+    config = {
+        "gpu-tenancy:management": json.dumps({"mode": "existing", "kubeconfig": "apiVersion: v1"}),
+        "gpu-tenancy:tenants": json.dumps([{"name": "a", "workers": [json.dumps(worker)]}]),
+    }
+    with pytest.raises(harness.RenderError) as caught:
+        harness.render(config, secret_keys=["gpu-tenancy:tenants", "gpu-tenancy:management"])
+    assert str(caught.value).endswith("tenants[0].workers[0]: must be an object of keys, not text")
+    assert "TOPSECRET" not in str(caught.value)
