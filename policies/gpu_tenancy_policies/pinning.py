@@ -1,8 +1,8 @@
 """pinned-versions and pinned-versions-exceptions: what gets installed is named exactly.
 
 Helm releases need an exact chart version (a range or no version installs whatever is newest at
-`pulumi up` time); images need a tag or digest that is not ``latest``. Kamaji publishes no stable
-chart, and HAMi's mock device plugin no tagged build its chart can use, so Kamaji's
+`pulumi up` time); images need a tag or digest that is not ``latest``. Kamaji's repository publishes
+no current chart but its main branch's, and HAMi's mock device plugin no tagged build its chart can use, so Kamaji's
 ``0.0.0+latest`` and the mock's ``latest`` are acknowledged exceptions: pinned-versions leaves them
 to pinned-versions-exceptions, which is advisory by default.
 """
@@ -24,8 +24,9 @@ from .values import UNKNOWN
 # (chart, version) pairs that move but have no pinned alternative yet, with why.
 ACKNOWLEDGED_MOVING_CHARTS: Final = {
     ("kamaji", "0.0.0+latest"): (
-        "Kamaji publishes no stable chart; 0.0.0+latest follows Kamaji's main branch, so two installs may "
-        "run different Kamaji builds. Pin an edge chart version in gpu-tenancy:versions.kamaji when one fits"
+        "0.0.0+latest is the only current chart clastix.github.io/charts publishes (its numbered charts are old "
+        "stable releases; edge releases are images and Git tags, not charts); it follows Kamaji's main branch, so "
+        "two installs may run different Kamaji builds. Pinning needs a chart mirrored at a fixed build"
     ),
 }
 
