@@ -26,6 +26,8 @@ from pydantic import (
     StrictBool,
     StrictInt,
     ValidationError,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -468,15 +470,19 @@ class Versions(_Model):
     konnectivity: Annotated[str, AfterValidator(_version), AfterValidator(_konnectivity)] | None = None
     mock_device_plugin: Annotated[str, AfterValidator(_image_tag)] = versions.DEFAULT_MOCK_DEVICE_PLUGIN_TAG
 
-    @model_validator(mode="after")
-    def _mock_reads_the_charts_device_config(self) -> Versions:
-        if _FLAT_CONFIG_MOCK.fullmatch(self.mock_device_plugin) and not versions.older_than(self.hami, NESTED_DEVICE_CONFIG):
+    # Field validators that read an earlier field (``info.data``, absent when that one failed) put
+    # the error at the key to change, not at the object holding both.
+    @field_validator("mock_device_plugin")
+    @classmethod
+    def _mock_reads_the_charts_device_config(cls, tag: str, info: ValidationInfo) -> str:
+        hami = info.data.get("hami")
+        if hami is not None and _FLAT_CONFIG_MOCK.fullmatch(tag) and not versions.older_than(hami, NESTED_DEVICE_CONFIG):
             raise ValueError(
-                f"mockDevicePlugin {self.mock_device_plugin} cannot read the device config HAMi charts write from "
-                f"{'.'.join(map(str, NESTED_DEVICE_CONFIG))} on (hami {self.hami} here; mock-device-plugin#18): "
+                f"mockDevicePlugin {tag} cannot read the device config HAMi charts write from "
+                f"{'.'.join(map(str, NESTED_DEVICE_CONFIG))} on (hami {hami} here; mock-device-plugin#18): "
                 "its device plugin exits and no card is registered; use latest, pinned as latest@sha256:<digest>"
             )
-        return self
+        return tag
 
 
 class Network(_Model):
@@ -497,11 +503,12 @@ class Gpu(_Model):
     model: str
     count: StrictInt = Field(1, ge=1)
 
-    @model_validator(mode="after")
-    def _known_model(self) -> Gpu:
-        if self.model not in gpus.CATALOGUE:
-            raise ValueError(f"unknown GPU model {self.model!r}; known models: {gpus.known_models()}")
-        return self
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, model: str) -> str:
+        if model not in gpus.CATALOGUE:
+            raise ValueError(f"unknown GPU model {model!r}; known models: {gpus.known_models()}")
+        return model
 
 
 class SshTarget(_Model):
@@ -533,12 +540,13 @@ class Worker(_Model):
     gpus: list[Gpu] = []
     ssh: SshTarget | None = None
 
-    @model_validator(mode="after")
-    def _cards_on_one_machine(self) -> Worker:
-        total = sum(gpu.count for gpu in self.gpus)
+    @field_validator("gpus")
+    @classmethod
+    def _cards_on_one_machine(cls, declared: list[Gpu]) -> list[Gpu]:
+        total = sum(gpu.count for gpu in declared)
         if total > MAX_CARDS_PER_WORKER:
-            raise ValueError(f"gpus declare {total} cards on one worker; a machine holds at most {MAX_CARDS_PER_WORKER}")
-        return self
+            raise ValueError(f"declare {total} cards on one worker; a machine holds at most {MAX_CARDS_PER_WORKER}")
+        return declared
 
     @cached_property
     def cards(self) -> list[gpus.Card]:
@@ -565,14 +573,15 @@ class Tenant(_Model):
     # mock: HAMi's mock device plugin advertises the declared cards; nvidia: the real plugin.
     gpu_mode: Literal["mock", "nvidia"] = "mock"
 
-    @model_validator(mode="after")
-    def _service_range_for_the_version(self) -> Tenant:
-        if kubernetes_minor(self.kubernetes_version) < _LEGACY_SERVICE_ALLOCATOR_BEFORE and self.service_cidr.prefixlen < 12:
+    @field_validator("service_cidr")
+    @classmethod
+    def _service_range_for_the_version(cls, cidr: ipaddress.IPv4Network, info: ValidationInfo) -> ipaddress.IPv4Network:
+        version = info.data.get("kubernetes_version")
+        if version is not None and kubernetes_minor(version) < _LEGACY_SERVICE_ALLOCATOR_BEFORE and cidr.prefixlen < 12:
             raise ValueError(
-                f"serviceCidr {self.service_cidr} is larger than a /12, the most kube-apiserver "
-                f"{self.kubernetes_version} takes (v1.34 lifts the limit)"
+                f"{cidr} is larger than a /12, the most kube-apiserver {version} takes (v1.34 lifts the limit; kubernetesVersion)"
             )
-        return self
+        return cidr
 
     @property
     def cards(self) -> list[gpus.Card]:

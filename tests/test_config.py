@@ -231,7 +231,7 @@ def test_management_node_image_must_be_pinned(image: str) -> None:
 def test_unknown_gpu_model_lists_the_known_ones() -> None:
     raw = dev_config()
     raw["tenants"][0]["workers"][0]["gpus"] = [{"model": "B200", "count": 1}]
-    message = problem_at(raw, "tenants[0].workers[0].gpus[0]")
+    message = problem_at(raw, "tenants[0].workers[0].gpus[0].model")
     assert "unknown GPU model 'B200'" in message
     for model in ("A100-40GB", "A100-80GB", "H100-80GB", "H200", "L4", "L40S", "T4", "A10"):
         assert model in message
@@ -473,9 +473,9 @@ def test_a_service_range_beyond_a_12_needs_kubernetes_1_34() -> None:
     raw["tenants"][0]["kubernetesVersion"] = "v1.34.3"
     assert StackConfig.load(raw)
     raw["tenants"][0]["kubernetesVersion"] = "v1.33.7"
-    assert "larger than a /12, the most kube-apiserver v1.33.7 takes" in problem_at(raw, "tenants[0]")
+    assert "10.64.0.0/10 is larger than a /12, the most kube-apiserver v1.33.7 takes" in problem_at(raw, "tenants[0].serviceCidr")
     raw["tenants"][0]["serviceCidr"] = "10.96.0.0/11"  # one bit more than the legacy allocator holds
-    assert "larger than a /12" in problem_at(raw, "tenants[0]")
+    assert "larger than a /12" in problem_at(raw, "tenants[0].serviceCidr")
     raw["tenants"][0]["serviceCidr"] = "10.96.0.0/12"  # exactly its 20 bits
     assert StackConfig.load(raw)
 
@@ -499,7 +499,7 @@ def test_a_worker_holds_at_most_16_cards_however_they_are_listed() -> None:
     raw["tenants"][0]["workers"][0]["ssh"] = {"host": "h", "user": "u", "privateKey": "k"}
     raw["tenants"][0]["workers"][0]["gpus"] = [{"model": "L4", "count": 10}, {"model": "L4", "count": 7}]
     raw["tenants"][0].pop("quota")
-    assert "gpus declare 17 cards on one worker; a machine holds at most 16" in problem_at(raw, "tenants[0].workers[0]")
+    assert "declare 17 cards on one worker; a machine holds at most 16" in problem_at(raw, "tenants[0].workers[0].gpus")
     raw["tenants"][0]["workers"][0]["gpus"] = [{"model": "L4", "count": 16}]
     assert StackConfig.load(raw)
 
@@ -571,7 +571,7 @@ def test_a_mock_plugin_that_cannot_read_the_hami_charts_device_config_is_refused
     raw = dev_config()
     raw["versions"] = {"mockDevicePlugin": tag, "hami": hami}
     if refused:
-        message = problem_at(raw, "versions")
+        message = problem_at(raw, "versions.mockDevicePlugin")
         assert f"mockDevicePlugin {tag} cannot read the device config HAMi charts write from 2.9.0 on (hami {hami}" in message
     else:
         assert StackConfig.load(raw).versions.mock_device_plugin == tag
