@@ -111,3 +111,12 @@ def test_the_readme_describes_every_config_key() -> None:
             missing.append(path)
     assert missing == []
     assert set(rows) <= set(config_paths(StackConfig)), "a README row names no config key"
+
+
+def test_the_readme_lists_every_policy_at_its_level() -> None:
+    from policies.gpu_tenancy_policies import POLICIES  # noqa: PLC0415 - the pack's imports stay out of the config tests
+    from policies.gpu_tenancy_policies.pack import default_level  # noqa: PLC0415
+
+    readme = (PROJECT_DIR / "README.md").read_text()
+    rows = dict(re.findall(r"^\| `([a-z-]+)` \| (mandatory|advisory) \|", readme, flags=re.MULTILINE))
+    assert rows == {policy.name: default_level(policy).value for policy in POLICIES}

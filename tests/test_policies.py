@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pulumi_policy import (
     EnforcementLevel,
     PolicyCustomTimeouts,
@@ -31,6 +32,7 @@ from pulumi_policy import (
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
 from policies.gpu_tenancy_policies import POLICIES, POLICY_NAMES, kinds, settings
+from policies.gpu_tenancy_policies.stack import ResourceView, kubeconfig_server
 from tests.conftest import COMMAND, CONTAINER, K8S_PROVIDER, PROJECT_DIR, RELEASE, SECRET, TCP
 from tools import harness, policycheck
 
@@ -193,6 +195,22 @@ def endpoint_of(document: dict, tenant: str) -> str:
 
 def provider_of(document: dict, type_: str, name: str) -> str:
     return record(document, type_, name)["provider"]
+
+
+def extra_provider(document: dict, name: str, like: str, dependencies: list[str] | None = None, server: str | None = None) -> str:
+    """One more Kubernetes provider, a copy of ``like``'s under ``name``: its dependencies and the
+    server its kubeconfig names replaced where given. Returns its URN."""
+    template = record(document, K8S_PROVIDER, like)
+    provider = copy.deepcopy(template)
+    provider.update(name=name, urn=f"{template['urn'].rsplit('::', 1)[0]}::{name}")
+    if dependencies is not None:
+        provider["dependencies"] = dependencies
+    if server is not None:
+        kubeconfig = yaml.safe_load(provider["inputs"]["kubeconfig"])
+        kubeconfig["clusters"][0]["cluster"]["server"] = f"https://{server}"
+        provider["inputs"]["kubeconfig"] = yaml.safe_dump(kubeconfig)
+    document["resources"].append(provider)
+    return provider["urn"]
 
 
 def registration(document: dict, worker: str) -> list[dict]:
@@ -395,7 +413,15 @@ CASES = [
         lambda d: record(d, SECRET, "tenant-a-worker-0-bootstrap-token").update(
             provider=provider_of(d, SECRET, "tenant-b-worker-0-bootstrap-token")
         ),
-        "uses a bootstrap token created in tenant 'tenant-b'",
+        "uses a bootstrap token created in the cluster of tenant 'tenant-b'",
+    ),
+    Case(
+        "token-created-through-a-provider-of-no-tenant",
+        "tenant-worker-isolation",
+        lambda d: record(d, SECRET, "tenant-a-worker-0-bootstrap-token").update(
+            provider=extra_provider(d, "elsewhere", like="tenant-a", dependencies=[], server="10.9.9.9:6443")
+        ),
+        "uses a bootstrap token created in no tenant's cluster",
     ),
     Case(
         "registration-for-another-tenant",
@@ -822,10 +848,54 @@ CASES = [
         "installed through the management cluster's provider gpu-tenancy-management",
     ),
     Case(
+        # A second provider from the management cluster's kubeconfig: the same server, no dependencies.
+        "hami-through-a-copy-of-the-management-provider",
+        "hami-on-tenants-only",
+        lambda d: record(d, RELEASE, "tenant-a-hami").update(
+            provider=extra_provider(d, "ambient", like="gpu-tenancy-management", dependencies=[])
+        ),
+        "installed through the management cluster's provider ambient",
+    ),
+    Case(
+        # ... or built from what the kind cluster's Command outputs, through another server name.
+        "hami-through-a-provider-built-from-the-kind-cluster",
+        "hami-on-tenants-only",
+        lambda d: record(d, RELEASE, "tenant-a-hami").update(
+            provider=extra_provider(d, "kind", like="gpu-tenancy-management", server="kamaji-control-plane:6443")
+        ),
+        "installed through the management cluster's provider kind",
+    ),
+    Case(
+        "hami-through-a-provider-of-no-tenant",
+        "hami-on-tenants-only",
+        lambda d: record(d, RELEASE, "tenant-a-hami").update(
+            provider=extra_provider(d, "elsewhere", like="tenant-a", dependencies=[], server="10.9.9.9:6443")
+        ),
+        "installed through provider elsewhere, which reaches no tenant's cluster",
+    ),
+    Case(
         "hami-on-the-default-provider",
         "hami-on-tenants-only",
         lambda d: record(d, RELEASE, "tenant-b-hami").update(provider=None),
         "installed through the default Kubernetes provider",
+    ),
+    # tenant-provider-isolation
+    Case("dev", "tenant-provider-isolation", same, None),
+    Case(
+        "tenant-provider-built-from-two-control-planes",
+        "tenant-provider-isolation",
+        # Through tenant-b's TCP itself: AnalyzeStack drops links to reads such as the admin kubeconfig Secret.
+        lambda d: record(d, K8S_PROVIDER, "tenant-a")["dependencies"].append(record(d, TCP, "tenant-b")["urn"]),
+        "provider tenant-a is built from the control planes of tenants 'tenant-a', 'tenant-b'",
+    ),
+    Case(
+        "tenant-provider-names-another-tenants-endpoint",
+        "tenant-provider-isolation",
+        lambda d: record(d, K8S_PROVIDER, "tenant-a")["inputs"].update(
+            kubeconfig=record(d, K8S_PROVIDER, "tenant-b")["inputs"]["kubeconfig"]
+        ),
+        "is built from tenant 'tenant-a''s control plane but its kubeconfig names 172.18.255.219:6443, the endpoint of "
+        "tenant 'tenant-b'",
     ),
     # gpu-quota-within-inventory
     Case("dev", "gpu-quota-within-inventory", same, None),
@@ -1080,6 +1150,34 @@ CASES = [
 ]
 
 
+TWO_CLUSTERS = """
+clusters:
+- {name: one, cluster: {server: https://10.0.0.1:6443}}
+- {name: two, cluster: {server: "https://[fd00::2]:6443/"}}
+contexts:
+- {name: first, context: {cluster: one}}
+- {name: second, context: {cluster: two}}
+current-context: first
+"""
+
+
+@pytest.mark.parametrize(
+    ("inputs", "server"),
+    [
+        ({"kubeconfig": TWO_CLUSTERS}, "10.0.0.1:6443"),
+        ({"kubeconfig": TWO_CLUSTERS, "context": "second"}, "[fd00::2]:6443"),  # the provider's context wins
+        ({"kubeconfig": TWO_CLUSTERS.replace("current-context: first", "")}, None),  # client-go would refuse it
+        ({"kubeconfig": TWO_CLUSTERS, "context": "third"}, None),
+        ({"kubeconfig": "clusters: [unclosed"}, None),
+        ({"kubeconfig": "just text"}, None),
+        ({}, None),
+    ],
+)
+def test_the_server_a_providers_kubeconfig_names(inputs: dict, server: str | None) -> None:
+    provider = ResourceView("urn:pulumi:dev::p::pulumi:providers:kubernetes::x", K8S_PROVIDER, "x", inputs)
+    assert kubeconfig_server(provider) == server
+
+
 def test_every_rule_has_a_passing_and_a_violating_case() -> None:
     for name in POLICY_NAMES:
         cases = [case for case in CASES if case.policy == name]
@@ -1118,13 +1216,14 @@ def test_rule(case: Case, base: dict, tmp_path: Path, capsys: pytest.CaptureFixt
 
 def test_the_pack_has_the_issues_rules_at_their_levels() -> None:
     assert set(ISSUE_RULES) <= set(POLICY_NAMES)
-    assert set(POLICY_NAMES) - set(ISSUE_RULES) == {"pinned-versions-exceptions"}
+    assert set(POLICY_NAMES) - set(ISSUE_RULES) == {"pinned-versions-exceptions", "tenant-provider-isolation"}
     for policy in POLICIES:
         expected = EnforcementLevel.ADVISORY if policy.name in ADVISORY else None  # None: the pack's mandatory
         assert policy.enforcement_level == expected, policy.name
     stack_rules = {p.name for p in POLICIES if isinstance(p, StackValidationPolicy)}
     assert stack_rules == {
         "tenant-worker-isolation",
+        "tenant-provider-isolation",
         "unique-tenant-endpoints",
         "control-plane-exposure",
         "privileged-containers-are-nodes",
@@ -1293,7 +1392,13 @@ def test_the_multihost_example_passes(multihost: dict, tmp_path: Path, capsys: p
     assert code == 0
     # Dedicated and named DataStores: no tenants share one; only Kamaji's moving chart is left.
     assert {line.split()[1] for line in lines} == {"pinned-versions-exceptions"}
-    for name in ("tenant-worker-isolation", "unique-tenant-endpoints", "gpu-quota-within-inventory", "hami-on-tenants-only"):
+    for name in (
+        "tenant-worker-isolation",
+        "tenant-provider-isolation",
+        "unique-tenant-endpoints",
+        "gpu-quota-within-inventory",
+        "hami-on-tenants-only",
+    ):
         assert pack_violations(multihost, name) == []
 
 

@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from gpu_tenancy import gpus
 
-from . import kinds
+from . import kinds, providers
 from .findings import Finding
 from .stack import ResourceView, StackView, as_int
 from .values import UNKNOWN, dig
@@ -69,6 +69,12 @@ def check_hami_placement(stack: StackView) -> Iterator[Finding]:
             yield Finding(
                 f"HAMi ({release.name}) is installed through the management cluster's provider {provider.name}: its "
                 "scheduler and webhook would govern the cluster that runs every tenant's control plane",
+                release.urn,
+            )
+        elif len(tenants := stack.tenants_of_provider(provider.urn)) != 1:
+            yield Finding(
+                f"HAMi ({release.name}) is installed through provider {provider.name}, which reaches "
+                f"{providers.describe(tenants)}: install it through one tenant's provider",
                 release.urn,
             )
 

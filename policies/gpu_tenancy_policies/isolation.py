@@ -14,7 +14,7 @@ from typing import Any
 
 from gpu_tenancy import addressing, kubeadm
 
-from . import kinds
+from . import kinds, providers
 from .findings import Finding
 from .stack import ResourceView, StackView, as_int
 from .values import UNKNOWN, dig
@@ -127,10 +127,9 @@ def _tokens(stack: StackView, command: ResourceView, tenant: str) -> Iterator[Fi
             yield Finding(
                 f"join {command.name} for tenant {tenant!r} uses a bootstrap token created in the management cluster", command.urn
             )
-        elif clusters and tenant not in clusters:
+        elif clusters != {tenant}:
             yield Finding(
-                f"join {command.name} for tenant {tenant!r} uses a bootstrap token created in tenant "
-                f"{', '.join(map(repr, sorted(clusters)))}",
+                f"join {command.name} for tenant {tenant!r} uses a bootstrap token created in {providers.describe(clusters)}",
                 command.urn,
             )
 

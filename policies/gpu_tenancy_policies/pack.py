@@ -24,7 +24,7 @@ from pulumi_policy import (
 from gpu_tenancy import kubeadm
 from gpu_tenancy.versions import NODE_IMAGE_REPOSITORY
 
-from . import containers, datastores, endpoints, gpus, isolation, pinning, tokens
+from . import containers, datastores, endpoints, gpus, isolation, pinning, providers, tokens
 from .findings import Finding
 from .stack import ResourceView, StackView
 
@@ -111,6 +111,12 @@ POLICIES: Final[list[Policy]] = [
         "tenant-worker-isolation",
         "Every worker joins exactly one tenant, at that tenant's endpoint, and its labels agree.",
         lambda stack, _: isolation.check(stack),
+        severity=Severity.CRITICAL,
+    ),
+    _stack_policy(
+        "tenant-provider-isolation",
+        "Each tenant's Kubernetes provider reaches that tenant's cluster: one TenantControlPlane, its endpoint.",
+        lambda stack, _: providers.check(stack),
         severity=Severity.CRITICAL,
     ),
     _stack_policy(

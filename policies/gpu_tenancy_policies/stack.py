@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+import yaml
 from pulumi_policy import PolicyProviderResource, PolicyResource, ResourceValidationArgs
 
 from . import kinds
@@ -234,7 +235,9 @@ class StackView:
     @cached_property
     def management_providers(self) -> set[str]:
         """Providers that reach the management cluster: whatever creates the TCPs, their DataStores,
-        MetalLB's pools or the Kamaji charts. Identified by what they manage, not by name."""
+        MetalLB's pools or the Kamaji charts, identified by what they manage, not by name; and any
+        other provider built from the same cluster: its kubeconfig names the same server, or its
+        dependencies reach what theirs do (the kind cluster) without passing through a TCP."""
         urns = set()
         for resource in self.resources:
             if resource.provider_urn is None:
@@ -243,40 +246,68 @@ class StackView:
                 resource.type in kinds.HELM_TYPES and kinds.chart_name(resource.get("chart")) in kinds.MANAGEMENT_CHARTS
             ):
                 urns.add(resource.provider_urn)
+        managers = [self.by_urn[urn] for urn in urns if urn in self.by_urn]
+        servers = {server for provider in managers if (server := kubeconfig_server(provider)) is not None}
+        origins = {urn for provider in managers for urn in self.reached(provider)}
+        for provider in self.of_type(kinds.KUBERNETES_PROVIDER):
+            if provider.urn not in urns and (kubeconfig_server(provider) in servers or origins & self.reached(provider)):
+                urns.add(provider.urn)
         return urns
 
+    def reached(self, resource: ResourceView) -> set[str]:
+        """What ``resource`` depends on, directly or not, up to and including TCPs (whose own
+        dependencies are the management cluster's)."""
+        seen: set[str] = set()
+        todo = list(resource.dependencies)
+        while todo:
+            urn = todo.pop()
+            if urn in seen or urn not in self.by_urn:
+                continue
+            seen.add(urn)
+            if self.by_urn[urn].type != kinds.TENANT_CONTROL_PLANE:
+                todo.extend(self.by_urn[urn].dependencies)
+        return seen
+
     def tenants_of_provider(self, provider_urn: str | None) -> set[str]:
-        """The tenant(s) whose cluster ``provider_urn`` reaches.
+        """The tenant(s) whose cluster ``provider_urn`` reaches: none for the management cluster's,
+        a default provider or one built from anything but a TCP; more than one is itself wrong.
 
         A tenant provider is built from its TCP's admin kubeconfig, so its dependencies lead to that
-        TCP (and to no other). Where the engine does not say so, resources created through the
-        provider that carry the tenant label (bootstrap token Secrets) do. Management providers
-        belong to no tenant, however many tenant-labelled TCPs they create.
+        TCP and to no other. What the provider creates is not asked: a tenant label on a resource
+        is what the rules check, not evidence of where the resource goes.
         """
-        if provider_urn is None or provider_urn in self.management_providers:
+        if provider_urn is None or provider_urn in self.management_providers or provider_urn not in self.by_urn:
             return set()
         found = set()
-        provider = self.by_urn.get(provider_urn)
-        if provider is not None:
-            seen: set[str] = set()
-            todo = list(provider.dependencies)
-            while todo:
-                urn = todo.pop()
-                if urn in seen or urn not in self.by_urn:
-                    continue
-                seen.add(urn)
-                resource = self.by_urn[urn]
-                if resource.type == kinds.TENANT_CONTROL_PLANE:
-                    tenant = ControlPlane(resource).tenant
-                    if isinstance(tenant, str):
-                        found.add(tenant)
-                    continue  # the TCP's own dependencies are the management cluster's
-                todo.extend(resource.dependencies)
-        if found:
-            return found
-        for resource in self.resources:
-            if resource.provider_urn == provider_urn:
-                tenant = dig(resource.labels, kinds.TENANT_LABEL)
-                if isinstance(tenant, str) and tenant:
+        for urn in self.reached(self.by_urn[provider_urn]):
+            if self.by_urn[urn].type == kinds.TENANT_CONTROL_PLANE:
+                tenant = ControlPlane(self.by_urn[urn]).tenant
+                if isinstance(tenant, str):
                     found.add(tenant)
         return found
+
+
+def kubeconfig_server(provider: ResourceView) -> str | None:
+    """The ``host:port`` of the cluster a provider's kubeconfig and context name, when known and parsed."""
+    text = provider.get("kubeconfig")
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+    if not isinstance(config, dict):
+        return None
+    clusters = {dig(entry, "name"): dig(entry, "cluster", "server") for entry in _entries(config, "clusters")}
+    contexts = {dig(entry, "name"): dig(entry, "context", "cluster") for entry in _entries(config, "contexts")}
+    # The provider's own `context` input wins over the file's current-context, as in pulumi-kubernetes.
+    current = provider.get("context") or config.get("current-context")
+    server = clusters.get(contexts.get(current)) if isinstance(current, str) else None
+    if not isinstance(server, str) or not server:
+        return None
+    return server.removeprefix("https://").removeprefix("http://").rstrip("/")
+
+
+def _entries(config: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    entries = config.get(key)
+    return [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []
