@@ -213,6 +213,15 @@ def extra_provider(document: dict, name: str, like: str, dependencies: list[str]
     return provider["urn"]
 
 
+def extra_container(document: dict, name: str, **inputs: Any) -> None:
+    """One more container, a copy of tenant-a-worker-0's under ``name`` with ``inputs`` over its own."""
+    template = record(document, CONTAINER, "tenant-a-worker-0")
+    container = copy.deepcopy(template)
+    container.update(name=name, urn=f"{template['urn'].rsplit('::', 1)[0]}::{name}")
+    container["inputs"].update(name=name, **inputs)
+    document["resources"].append(container)
+
+
 def registration(document: dict, worker: str) -> list[dict]:
     return json.loads(env(document, f"{worker}-gpu-registration")["HAMI_NODE_REGISTER"])
 
@@ -828,6 +837,37 @@ CASES = [
         "privileged-containers-are-nodes",
         lambda d: untraced_image(d, "tenant-a-worker-0"),
         "privileged container tenant-a-worker-0 runs an image the stack does not name",
+    ),
+    Case(
+        "root-equivalent-container",
+        "privileged-containers-are-nodes",
+        lambda d: extra_container(
+            d,
+            "debug",
+            privileged=False,
+            image="alpine:3.20",
+            pidMode="host",
+            capabilities={"adds": ["CAP_SYS_ADMIN", "NET_BIND_SERVICE"]},
+            volumes=[{"hostPath": "/etc/../etc/kubernetes", "containerPath": "/k"}, {"containerPath": "/data"}],
+            mounts=[{"type": "bind", "source": "/", "target": "/host"}, {"type": "volume", "source": "cache", "target": "/c"}],
+        ),
+        "container debug runs with pidMode host, capability CAP_SYS_ADMIN, host path /etc/kubernetes, host path /, as good "
+        "as privileged",
+    ),
+    Case(
+        # Devices and host paths a node needs, on a node image that is not privileged: nothing to hold against it.
+        "unprivileged-node-with-devices",
+        "privileged-containers-are-nodes",
+        lambda d: extra_container(d, "node", privileged=False, devices=[{"hostPath": "/dev/fuse", "containerPath": "/dev/fuse"}]),
+        None,
+    ),
+    Case(
+        "worker-with-the-docker-socket",
+        "privileged-containers-are-nodes",
+        lambda d: record(d, CONTAINER, "tenant-a-worker-0")["inputs"]["volumes"].append(
+            {"hostPath": "/var/run/docker.sock", "containerPath": "/var/run/docker.sock"}
+        ),
+        "container tenant-a-worker-0 mounts /var/run/docker.sock, the container engine's socket",
     ),
     # hami-on-tenants-only
     Case("dev", "hami-on-tenants-only", same, None),

@@ -3,11 +3,15 @@
 A privileged container is root on the host. The only ones the platform needs are nested
 Kubernetes nodes (kindest/node), which need it for systemd, containerd and kubelet. A worker's
 ``image`` is the id of a RemoteImage, so the rule follows the container's dependency on it to
-learn which image that id is.
+learn which image that id is. Other settings make a container as good as root on the host
+(the host's PID, IPC or network namespace, capabilities such as SYS_ADMIN, devices, bind mounts of
+the host's system paths): they count as privileged too. No container, a node included, gets the
+container engine's socket: through it, one tenant's worker would drive every other's.
 """
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -43,12 +47,70 @@ def _image_names(stack: StackView, container: ResourceView) -> list[Any]:
     return [item.get("name") for item in images]
 
 
+# Capabilities that each amount to root on the host (capabilities(7)); Docker takes them with or without CAP_.
+_ROOT_CAPABILITIES = frozenset({"ALL", "SYS_ADMIN", "SYS_MODULE", "SYS_RAWIO", "SYS_PTRACE", "DAC_READ_SEARCH", "BPF"})
+# Host paths whose bind mount hands over the host (besides / itself): its configuration, kernel
+# interfaces, devices and the container engines' state. A node's read-only /lib/modules is not one.
+_HOST_PATHS = ("/etc", "/root", "/boot", "/proc", "/sys", "/dev", "/run", "/var/run", "/var/lib/docker", "/var/lib/containerd")
+_SOCKETS = ("docker.sock", "containerd.sock", "podman.sock", "crio.sock")
+
+
+def _host_paths(container: ResourceView) -> list[str]:
+    """The host paths bound into the container (``volumes`` with a host path, ``mounts`` of type bind)."""
+    found = []
+    for volume in container.get("volumes", default=[]) or []:
+        path = volume.get("hostPath") if isinstance(volume, dict) else None
+        if isinstance(path, str) and path:
+            found.append(path)
+    for mount in container.get("mounts", default=[]) or []:
+        if isinstance(mount, dict) and mount.get("type") == "bind" and isinstance(mount.get("source"), str):
+            found.append(mount["source"])
+    return found
+
+
+def _normal(path: str) -> str:
+    """``/var/../etc/`` as ``/etc``: Docker resolves the path on the host (symlinks there stay unknown)."""
+    return posixpath.normpath("/" + path).replace("//", "/")
+
+
+def _root_equivalents(container: ResourceView) -> list[str]:
+    """What, besides ``privileged``, makes the container root on the host."""
+    found = [f"{key} host" for key in ("pidMode", "ipcMode", "networkMode") if container.get(key) == "host"]
+    adds = container.get("capabilities", "adds", default=[])
+    for capability in adds if isinstance(adds, list) else []:
+        if isinstance(capability, str) and capability.upper().removeprefix("CAP_") in _ROOT_CAPABILITIES:
+            found.append(f"capability {capability}")
+    devices = container.get("devices", default=[])
+    for device in devices if isinstance(devices, list) else []:
+        path = device.get("hostPath") if isinstance(device, dict) else None
+        if isinstance(path, str):
+            found.append(f"device {path}")
+    for path in map(_normal, _host_paths(container)):
+        if path == "/" or any(path == prefix or path.startswith(f"{prefix}/") for prefix in _HOST_PATHS):
+            found.append(f"host path {path}")
+    return found
+
+
 def check(stack: StackView, node_repositories: Iterable[str]) -> Iterator[Finding]:
     allowed = {repository(item) for item in node_repositories}
     for container in stack.of_type(kinds.CONTAINER):
-        if container.get("privileged") is not True:
-            continue  # False, unset, or unknown in a preview: nothing to hold against it yet
         name = container.get("name") or container.name
+        for path in _host_paths(container):
+            if path.rstrip("/").endswith(_SOCKETS):
+                yield Finding(
+                    f"container {name} mounts {path}, the container engine's socket: whoever runs in it drives every "
+                    "container on the host, other tenants' workers included",
+                    container.urn,
+                )
+        if container.get("privileged") is not True:
+            reasons = _root_equivalents(container)
+            if reasons and not _runs_node_image(stack, container, allowed):
+                yield Finding(
+                    f"container {name} runs with {', '.join(reasons)}, as good as privileged (root on the host); "
+                    "only node images may",
+                    container.urn,
+                )
+            continue  # False, unset, or unknown in a preview: nothing more to hold against it yet
         names = _image_names(stack, container)
         if not names:
             if container.get("image") is not UNKNOWN:
@@ -63,3 +125,8 @@ def check(stack: StackView, node_repositories: Iterable[str]) -> Iterator[Findin
                     f"({', '.join(sorted(allowed))}); privileged is root on the host",
                     container.urn,
                 )
+
+
+def _runs_node_image(stack: StackView, container: ResourceView, allowed: set[str]) -> bool:
+    names = _image_names(stack, container)
+    return bool(names) and all(isinstance(image, str) and repository(image) in allowed for image in names)

@@ -156,7 +156,7 @@ POLICIES: Final[list[Policy]] = [
     ),
     _stack_policy(
         "privileged-containers-are-nodes",
-        "Privileged containers run only Kubernetes node images.",
+        "Privileged (or root-equivalent) containers run only Kubernetes node images; none mounts the engine's socket.",
         lambda stack, options: containers.check(stack, options["nodeImageRepositories"]),
         severity=Severity.CRITICAL,
     ),
