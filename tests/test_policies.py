@@ -32,6 +32,7 @@ from pulumi_policy import (
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
 from policies.gpu_tenancy_policies import POLICIES, POLICY_NAMES, kinds, settings
+from policies.gpu_tenancy_policies.isolation import exec_target
 from policies.gpu_tenancy_policies.stack import ResourceView, kubeconfig_server
 from tests.conftest import COMMAND, CONTAINER, K8S_PROVIDER, PROJECT_DIR, RELEASE, SECRET, TCP
 from tools import harness, policycheck
@@ -431,6 +432,31 @@ CASES = [
             provider=extra_provider(d, "elsewhere", like="tenant-a", dependencies=[], server="10.9.9.9:6443")
         ),
         "uses a bootstrap token created in no tenant's cluster",
+    ),
+    Case(
+        "join-runs-in-another-container",
+        "tenant-worker-isolation",
+        lambda d: record(d, COMMAND, "tenant-b-worker-0-join")["inputs"].update(
+            create=record(d, COMMAND, "tenant-b-worker-0-join")["inputs"]["create"].replace(
+                "tenant-b-worker-0", "tenant-a-worker-0"
+            )
+        ),
+        "join tenant-b-worker-0-join waits for worker tenant-b-worker-0 but runs in container 'tenant-a-worker-0'",
+    ),
+    Case(
+        "registration-runs-in-another-container",
+        "tenant-worker-isolation",
+        lambda d: record(d, COMMAND, "tenant-b-worker-0-gpu-registration")["inputs"].update(
+            create="docker exec -i -e HAMI_NODE_REGISTER --user root tenant-a-worker-0 sh -s"
+        ),
+        "GPU registration tenant-b-worker-0-gpu-registration waits for worker tenant-b-worker-0 but runs in container "
+        "'tenant-a-worker-0'",
+    ),
+    Case(
+        "join-not-run-in-its-worker",
+        "tenant-worker-isolation",
+        lambda d: record(d, COMMAND, "tenant-a-worker-0-join")["inputs"].update(create="sh -s"),
+        "join tenant-a-worker-0-join waits for worker tenant-a-worker-0 but does not run `docker exec` in it",
     ),
     Case(
         "registration-for-another-tenant",
@@ -1188,6 +1214,22 @@ CASES = [
         "token-secret is not [a-z0-9]{16}",
     ),
 ]
+
+
+@pytest.mark.parametrize(
+    ("create", "target"),
+    [
+        ("docker exec -i -e A -e B tenant-a-worker-0 sh -s", "tenant-a-worker-0"),
+        ("docker exec -it --env=A=1 --user root -w /tmp node sh", "node"),
+        ("docker exec --env-file f --detach-keys ctrl-x -- node sh", "node"),
+        ("docker exec -i", None),
+        ("docker run -i node sh", None),
+        ("docker exec 'unclosed", None),
+        ("sudo docker exec node sh", None),
+    ],
+)
+def test_the_container_docker_exec_runs_in(create: str, target: str | None) -> None:
+    assert exec_target(create) == target
 
 
 TWO_CLUSTERS = """

@@ -3,11 +3,12 @@ node-restriction: every tenant API server limits each kubelet to its own Node.
 
 A worker is any command (local ``docker exec`` or remote SSH) whose environment carries
 ``JOIN_ENDPOINT``; its tenant is the explicit ``GPU_TENANCY_TENANT``. The machine it runs on is the
-Docker container it depends on, or the SSH host of its connection.
+Docker container it depends on (which its ``docker exec`` must name), or the SSH host of its connection.
 """
 
 from __future__ import annotations
 
+import shlex
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -36,6 +37,44 @@ def _machine(stack: StackView, command: ResourceView) -> tuple[str | None, list[
     return None, containers
 
 
+# docker exec's options that take a value as the next word (docker/cli: cli/command/container/exec.go).
+_EXEC_VALUE_OPTIONS = frozenset({"-e", "--env", "--env-file", "-u", "--user", "-w", "--workdir", "--detach-keys"})
+
+
+def exec_target(create: str) -> str | None:
+    """The container ``docker exec [OPTIONS] CONTAINER COMMAND`` runs in; None for any other command."""
+    try:
+        words = shlex.split(create)
+    except ValueError:
+        return None
+    if words[:2] != ["docker", "exec"]:
+        return None
+    index = 2
+    while index < len(words) and words[index].startswith("-"):
+        if words[index] == "--":
+            index += 1
+            break
+        index += 2 if words[index] in _EXEC_VALUE_OPTIONS else 1
+    return words[index] if index < len(words) else None
+
+
+def _runs_in(command: ResourceView, containers: list[ResourceView], what: str) -> Iterator[Finding]:
+    """A local command on a worker container runs there: its ``docker exec`` names that container.
+
+    The rules learn a command's machine from its dependency; what it runs in is its own ``create``.
+    """
+    if command.type != kinds.LOCAL_COMMAND or len(containers) != 1:
+        return
+    create, name = command.get("create"), containers[0].get("name")
+    if not isinstance(create, str) or not isinstance(name, str):
+        return  # unknown in a preview
+    target = exec_target(create)
+    if target is None:
+        yield Finding(f"{what} {command.name} waits for worker {name} but does not run `docker exec` in it", command.urn)
+    elif target != name:
+        yield Finding(f"{what} {command.name} waits for worker {name} but runs in container {target!r}", command.urn)
+
+
 def _node_name(container: ResourceView) -> Any:
     hostname = container.get("hostname")
     return hostname if hostname else container.get("name")
@@ -58,6 +97,7 @@ def check(stack: StackView) -> Iterator[Finding]:
             yield Finding(
                 f"join {command.name} runs on {len(containers)} machines ({names}); a join belongs to one worker", command.urn
             )
+        yield from _runs_in(command, containers, "join")
         if machine is not None:
             joins_by_machine[machine].append((command, tenant))
         if tenant is UNKNOWN:
@@ -167,6 +207,7 @@ def _registrations(stack: StackView, joins: dict[str, list[tuple[ResourceView, A
         if env is UNKNOWN or kinds.ENV_REGISTER not in env or kinds.ENV_JOIN_ENDPOINT in env:
             continue
         machine, containers = _machine(stack, command)
+        yield from _runs_in(command, containers, "GPU registration")
         joined = {tenant for _, tenant in joins.get(machine or "", []) if isinstance(tenant, str)}
         tenant = env.get(kinds.ENV_TENANT)
         if isinstance(tenant, str) and joined and tenant not in joined:
