@@ -530,6 +530,20 @@ CASES = [
         findings=2,
     ),
     Case(
+        "two-tenants-in-one-namespace",
+        "unique-tenant-endpoints",
+        lambda d: record(d, TCP, "tenant-b")["inputs"]["metadata"].update(namespace="tenant-a"),
+        "tenant 'tenant-b' shares the management cluster namespace 'tenant-a' with tenant 'tenant-a'",
+        findings=2,
+    ),
+    Case(
+        "two-tenants-in-the-default-namespace",
+        "unique-tenant-endpoints",
+        lambda d: [record(d, TCP, tenant)["inputs"]["metadata"].pop("namespace") for tenant in ("tenant-a", "tenant-b")],
+        "shares the management cluster namespace 'default' with tenant",
+        findings=2,
+    ),
+    Case(
         "pod-cidr-holds-a-vip",
         "unique-tenant-endpoints",
         lambda d: spec(d, "tenant-b")["networkProfile"].update(podCidrs=["172.18.255.224/28"]),

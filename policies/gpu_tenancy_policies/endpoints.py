@@ -99,6 +99,21 @@ def check_unique_endpoints(stack: StackView) -> Iterator[Finding]:
             for plane in sharing:
                 others = ", ".join(repr(other.tenant) for other in sharing if other is not plane)
                 yield Finding(f"tenant {plane.tenant!r} shares its address {address} with tenant {others}", plane.urn)
+    # Kamaji names a TCP's Secrets, Service and Deployment after the TCP, in its namespace: tenants in one
+    # namespace share whoever may read Secrets there (their admin kubeconfigs) and its quotas.
+    by_namespace: dict[str, list[ControlPlane]] = defaultdict(list)
+    for plane in planes:
+        namespace = plane.resource.get("metadata", "namespace")
+        if namespace is None or isinstance(namespace, str):
+            by_namespace[namespace or "default"].append(plane)
+    for namespace, sharing in by_namespace.items():
+        if len(sharing) > 1:
+            for plane in sharing:
+                others = ", ".join(repr(other.tenant) for other in sharing if other is not plane)
+                yield Finding(
+                    f"tenant {plane.tenant!r} shares the management cluster namespace {namespace!r} with tenant {others}",
+                    plane.urn,
+                )
 
     nodes = node_networks(stack)
     for plane in planes:

@@ -121,7 +121,7 @@ POLICIES: Final[list[Policy]] = [
     ),
     _stack_policy(
         "unique-tenant-endpoints",
-        "No two TenantControlPlanes share an address; tenant CIDRs hold no tenant's VIP and miss the node network.",
+        "No two TenantControlPlanes share an address or namespace; tenant CIDRs hold no tenant's VIP and miss the node network.",
         lambda stack, _: endpoints.check_unique_endpoints(stack),
         severity=Severity.CRITICAL,
     ),
