@@ -81,10 +81,18 @@ def _engine_value(masked: Any, shown: Any) -> Any:
         value = UNKNOWN_STRING_VALUE if shown == harness.SECRET else _engine_value(shown, shown)
         return {rpc._special_sig_key: rpc._special_secret_sig, "value": value}
     if isinstance(masked, dict):
-        return {key: _engine_value(item, shown[key]) for key, item in masked.items()}
+        return {
+            key: [_asset(item) for item in item] if key == "valueYamlFiles" else _engine_value(item, shown[key])
+            for key, item in masked.items()
+        }
     if isinstance(masked, list):
         return [_engine_value(item, other) for item, other in zip(masked, shown, strict=True)]
     return masked
+
+
+def _asset(recorded: dict) -> dict:
+    """A render's ``{"text": ...}`` as the engine sends an asset: with the asset signature."""
+    return {rpc._special_sig_key: rpc._special_asset_sig, **recorded}
 
 
 def _struct(value: dict) -> struct_pb2.Struct:
@@ -204,11 +212,24 @@ def test_violations_through_the_analyzer(
         change(document, COMMAND, "tenant-a-worker-0-join")["inputs"]["environment"]["JOIN_ENDPOINT"] = "172.18.255.219:6443"
         change(document, RELEASE, "tenant-b-hami")["provider"] = change(document, TCP, "tenant-b")["provider"]
         change(document, TCP, "tenant-b")["inputs"]["spec"]["addons"].pop("konnectivity")
+        # pulumi_policy hands a values file over as a StringAsset.
+        change(document, RELEASE, "tenant-a-hami")["inputs"]["valueYamlFiles"] = [
+            {"text": "devicePlugin:\n  image:\n    tag: latest\n"}
+        ]
     # Only visible with secrets: the analyzer unwraps them, so the token rule sees this.
     token = next(item for item in shown["resources"] if item["name"] == "tenant-a-worker-0-bootstrap-token")
     token["inputs"]["stringData"].pop("expiration")
 
     found = analyze(analyzer, masked, shown)
     mandatory = {policy for level, policy, *_ in found if level == "mandatory"}
-    assert mandatory == {"tenant-worker-isolation", "hami-on-tenants-only", "konnectivity-required", "bootstrap-token-hygiene"}
+    assert mandatory == {
+        "tenant-worker-isolation",
+        "hami-on-tenants-only",
+        "konnectivity-required",
+        "bootstrap-token-hygiene",
+        "pinned-versions",
+    }
+    assert ("pinned-versions", "Helm chart hami: valueYamlFiles[0].devicePlugin.image.tag is the moving image tag 'latest'") in {
+        (policy, message) for _, policy, _, message in found
+    }
     assert found == offline(shown)

@@ -94,7 +94,7 @@ def _acknowledged_values(chart: str | None, values: Any) -> Iterator[tuple[str, 
             yield path, reason
 
 
-def _values_problems(chart: str | None, values: Any) -> Iterator[str]:
+def _values_problems(chart: str | None, values: Any, source: str) -> Iterator[str]:
     """Image tags set in Helm values: a chart's own default follows its (pinned) version, ``latest`` does not."""
     acknowledged = {path for path, _ in _acknowledged_values(chart, values)}
     for path, key, item in _walk_values(values, ""):
@@ -102,11 +102,35 @@ def _values_problems(chart: str | None, values: Any) -> Iterator[str]:
             continue
         lowered = key.lower()
         if lowered.endswith("tag") and item.strip().lower() == MOVING_TAG:
-            yield f"values.{path} is the moving image tag '{MOVING_TAG}'"
+            yield f"{source}.{path} is the moving image tag '{MOVING_TAG}'"
         elif lowered == "image" and item.strip():
             problem = image_problem(item)
             if problem:
-                yield f"values.{path}: {problem}"
+                yield f"{source}.{path}: {problem}"
+
+
+def _asset_text(asset: Any) -> str | None:
+    """A StringAsset's text: pulumi_policy hands over a ``StringAsset``, a render records ``{"text": ...}``."""
+    text = asset.get("text") if isinstance(asset, dict) else getattr(asset, "text", None)
+    return text if isinstance(text, str) else None
+
+
+def _value_sources(resource: ResourceView) -> Iterator[tuple[str, Any]]:
+    """(name, values) of each source of a release's values: ``values``, and each ``valueYamlFiles``
+    text, each checked as if alone (a file's moving tag counts even where ``values`` may override it).
+    A FileAsset's path is read where the CLI runs, not here."""
+    values = resource.get("values", default={})
+    if values is not UNKNOWN:
+        yield "values", values
+    files = resource.get("valueYamlFiles", default=[])
+    for index, asset in enumerate(files if isinstance(files, list) else []):
+        text = _asset_text(asset)
+        try:
+            loaded = yaml.safe_load(text) if text else None
+        except yaml.YAMLError:
+            continue  # Helm refuses the file itself
+        if isinstance(loaded, dict):
+            yield f"valueYamlFiles[{index}]", loaded
 
 
 def _kind_config_images(stdin: Any) -> list[str]:
@@ -132,9 +156,8 @@ def check(resource: ResourceView) -> Iterator[str]:
             problem = _version_problem(version)
             if problem:
                 yield f"{label} {problem}"
-        values = resource.get("values", default={})
-        if values is not UNKNOWN:
-            for problem in _values_problems(kinds.chart_name(chart), values):
+        for source, values in _value_sources(resource):
+            for problem in _values_problems(kinds.chart_name(chart), values, source):
                 yield f"{label}: {problem}"
     elif resource.type == kinds.REMOTE_IMAGE:
         name = resource.get("name")
@@ -170,7 +193,6 @@ def check_exceptions(resource: ResourceView) -> Iterator[str]:
         reason = _acknowledged(resource)
         if reason:
             yield f"Helm chart {chart} {resource.get('version')}: {reason}"
-        values = resource.get("values", default={})
-        if values is not UNKNOWN:
+        for source, values in _value_sources(resource):
             for path, reason in _acknowledged_values(chart, values):
-                yield f"Helm chart {chart}: values.{path} is the moving image tag '{MOVING_TAG}': {reason}"
+                yield f"Helm chart {chart}: {source}.{path} is the moving image tag '{MOVING_TAG}': {reason}"
