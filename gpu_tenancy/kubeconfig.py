@@ -1,8 +1,13 @@
-"""Reading the parts of a kubeconfig the program needs (server, cluster CA)."""
+"""Reading the parts of a kubeconfig the program needs (server, cluster CA).
+
+One reading for the program, the policy pack and the live checks: the cluster of the context
+asked for, else of the current context, else the only cluster there is.
+"""
 
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 import yaml
 
@@ -10,20 +15,43 @@ import yaml
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _current_cluster(kubeconfig: str) -> dict:
-    document = yaml.load(kubeconfig, Loader=_Loader)
-    clusters = {entry["name"]: entry["cluster"] for entry in document.get("clusters", [])}
-    contexts = {entry["name"]: entry["context"] for entry in document.get("contexts", [])}
-    current = document.get("current-context")
-    if current in contexts:
-        return clusters[contexts[current]["cluster"]]
+def _named(document: dict[str, Any], key: str, field: str) -> dict[str, Any]:
+    entries = document.get(key) or []
+    if not isinstance(entries, list):
+        raise ValueError(f"kubeconfig {key} is not a list")
+    return {
+        entry["name"]: entry[field]
+        for entry in entries
+        if isinstance(entry, dict) and isinstance(entry.get("name"), str) and isinstance(entry.get(field), dict)
+    }
+
+
+def current_cluster(document: Any, context: str | None = None) -> dict[str, Any]:
+    """The ``cluster`` entry (server, CA) a parsed kubeconfig points at; ValueError when none is usable."""
+    if not isinstance(document, dict):
+        raise ValueError("kubeconfig is not a mapping")
+    clusters = _named(document, "clusters", "cluster")
+    contexts = _named(document, "contexts", "context")
+    current = context or document.get("current-context")
+    if current:
+        if current in contexts and contexts[current].get("cluster") in clusters:
+            return clusters[contexts[current]["cluster"]]
+        raise ValueError(f"kubeconfig names no usable cluster for context {current!r}")
     if len(clusters) == 1:
         return next(iter(clusters.values()))
-    raise ValueError("kubeconfig has no current context and more than one cluster")
+    raise ValueError(f"kubeconfig has no current context and {len(clusters)} clusters, not one")
 
 
-def server(kubeconfig: str) -> str:
-    return _current_cluster(kubeconfig)["server"]
+def _current_cluster(kubeconfig: str, context: str | None = None) -> dict[str, Any]:
+    return current_cluster(yaml.load(kubeconfig, Loader=_Loader), context)
+
+
+def server(kubeconfig: str, context: str | None = None) -> str:
+    """The server URL; ValueError (or yaml.YAMLError) when the kubeconfig names none."""
+    found = _current_cluster(kubeconfig, context).get("server")
+    if not isinstance(found, str) or not found:
+        raise ValueError("kubeconfig's cluster has no server")
+    return found
 
 
 def ca_certificate(kubeconfig: str) -> str:

@@ -23,6 +23,8 @@ from typing import Any
 import yaml
 from pulumi_policy import PolicyProviderResource, PolicyResource, ResourceValidationArgs
 
+from gpu_tenancy import kubeconfig
+
 from . import kinds
 from .values import UNKNOWN, dig, labels_of, plain
 
@@ -288,26 +290,15 @@ class StackView:
 
 
 def kubeconfig_server(provider: ResourceView) -> str | None:
-    """The ``host:port`` of the cluster a provider's kubeconfig and context name, when known and parsed."""
-    text = provider.get("kubeconfig")
+    """The ``host:port`` of the cluster a provider's kubeconfig and context name, when known and parsed.
+
+    The provider's own ``context`` input wins over the file's current-context, as in pulumi-kubernetes.
+    """
+    text, context = provider.get("kubeconfig"), provider.get("context")
     if not isinstance(text, str) or not text:
         return None
     try:
-        config = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return None
-    if not isinstance(config, dict):
-        return None
-    clusters = {dig(entry, "name"): dig(entry, "cluster", "server") for entry in _entries(config, "clusters")}
-    contexts = {dig(entry, "name"): dig(entry, "context", "cluster") for entry in _entries(config, "contexts")}
-    # The provider's own `context` input wins over the file's current-context, as in pulumi-kubernetes.
-    current = provider.get("context") or config.get("current-context")
-    server = clusters.get(contexts.get(current)) if isinstance(current, str) else None
-    if not isinstance(server, str) or not server:
+        server = kubeconfig.server(text, context if isinstance(context, str) else None)
+    except (ValueError, yaml.YAMLError):
         return None
     return server.removeprefix("https://").removeprefix("http://").rstrip("/")
-
-
-def _entries(config: dict[str, Any], key: str) -> list[dict[str, Any]]:
-    entries = config.get(key)
-    return [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []

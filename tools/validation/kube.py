@@ -30,6 +30,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from kubernetes.stream import stream as kube_stream
 
+from gpu_tenancy.kubeconfig import current_cluster
+
 from . import interrupts
 
 # (connect, read) seconds for every request; an API server that answers at all does so quickly.
@@ -445,14 +447,10 @@ def _daemonset(item: Any) -> Workload:
 
 
 def _current_cluster(document: dict[str, Any]) -> dict[str, Any]:
-    clusters = {entry["name"]: entry["cluster"] for entry in document.get("clusters") or []}
-    contexts = {entry["name"]: entry["context"] for entry in document.get("contexts") or []}
-    current = document.get("current-context")
-    if current in contexts and contexts[current].get("cluster") in clusters:
-        return clusters[contexts[current]["cluster"]]
-    if len(clusters) == 1:
-        return next(iter(clusters.values()))
-    raise KubeError("the kubeconfig names no usable current cluster")
+    try:
+        return current_cluster(document)
+    except ValueError as error:
+        raise KubeError(f"the kubeconfig names no usable current cluster ({error})") from None
 
 
 def retarget(kubeconfig: Mapping[str, Any], server: str | None, verify: bool) -> dict[str, Any]:
