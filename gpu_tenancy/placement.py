@@ -843,6 +843,7 @@ def fit(
     context: FitContext,
     cordoned: frozenset[str] = frozenset(),
     prior: QuotaUsage = QuotaUsage(),
+    init_prior: Sequence[Sequence[Allocation]] | None = None,
 ) -> tuple[list[Allocation], str]:
     """``device.go`` ``Fit``: the cards for one container, or HAMi's reason string.
 
@@ -887,7 +888,13 @@ def fit(
         # The clamp sticks for the rest of the loop: Go mutates its copy of the request.
         cores = min(cores, EXCLUSIVE_CORES)
         memreq = _card_memory(device, request)
-        so_far = prior + QuotaUsage(sum(a.usedmem for a in picked) + memreq, sum(a.usedcores for a in picked) + cores)
+        if init_prior is not None:
+            # fitQuota: CollapseInitContainerUsage over the earlier init containers plus this one.
+            trial = [*picked, Allocation(device.id, device.index, memreq, cores)]
+            held = collapse_usage([*init_prior, trial], len(init_prior) + 1)
+            so_far = QuotaUsage(sum(h.mem for h in held.values()), sum(h.cores for h in held.values()))
+        else:
+            so_far = prior + QuotaUsage(sum(a.usedmem for a in picked) + memreq, sum(a.usedcores for a in picked) + cores)
         if not context.quota_fits(so_far.mem, so_far.cores):
             reject(RESOURCE_QUOTA_NOT_FIT)
             continue
@@ -938,6 +945,7 @@ def fit_in_devices(
     context: FitContext,
     cordoned: frozenset[str] = frozenset(),
     prior: QuotaUsage = QuotaUsage(),
+    init_prior: Sequence[Sequence[Allocation]] | None = None,
 ) -> tuple[list[Allocation], str]:
     """``score.go`` ``fitInDevices``: score, sort (in place), check count, Fit, take the cards.
 
@@ -949,7 +957,7 @@ def fit_in_devices(
     candidates = [device for device in devices if _is_nvidia(device)]
     if request.nums > len(candidates):
         return [], NODE_INSUFFICIENT_DEVICE
-    allocations, reason = fit(candidates, request, context, cordoned, prior)
+    allocations, reason = fit(candidates, request, context, cordoned, prior, init_prior)
     by_id = {device.id: device for device in devices}
     for allocation in allocations:
         card = by_id[allocation.id]
@@ -1003,7 +1011,7 @@ def score_node(node: Node, requests: Sequence[Request | None], init_count: int, 
         if request is None:
             allocations.append(())
             continue
-        picked, reason = fit_in_devices(_copy_devices(node.devices), request, context, node.cordoned)
+        picked, reason = fit_in_devices(_copy_devices(node.devices), request, context, node.cordoned, init_prior=allocations)
         if reason:
             return reason
         allocations.append(tuple(picked))

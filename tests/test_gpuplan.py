@@ -125,6 +125,31 @@ def test_json_quotas_annotations_and_init_containers():
     assert pods[3]["devices"] == [[{"id": "GPU-a100-0", "index": 0, "usedmem": 1000, "usedcores": 0}], []]
 
 
+def test_an_init_container_fits_the_quota_with_the_earlier_ones_collapsed():
+    # score.go allocateInitContainers hands each init container the earlier ones' cards; fitQuota
+    # collapses them per card (max, not sum): i1 may share i0's A100 within the quota, not take the L4.
+    l4 = {"id": "L4", "index": 1, "type": "NVIDIA L4", "count": 10, "devmem": 23034, "devcore": 100, "health": True}
+    slice_ = {"nvidia.com/gpucores": 10}
+    document = {
+        "quotas": [{"namespace": "default", "gpumem": 35000}],
+        "nodes": [{"name": "n1", "devices": [a100("A100") | {"devmem": 40960}, l4]}],
+        "pods": [
+            {
+                "name": "p1",
+                "initContainers": [
+                    {"name": "i0", "limits": {"nvidia.com/gpumem": 30000, **slice_}},
+                    {"name": "i1", "limits": {"nvidia.com/gpumem": 10000, **slice_}},
+                ],
+                "containers": [{"name": "app", "limits": {"nvidia.com/gpumem": 1000, **slice_}}],
+            },
+            frac_pod("p2", mem=3000, cores=10),
+        ],
+    }
+    p1, p2 = plan_json(document)["pods"]
+    assert [[card["id"] for card in container] for container in p1["devices"]] == [["A100"], ["A100"], ["L4"]]
+    assert p2["scheduled"], p2["message"]
+
+
 def test_json_pod_without_gpu_and_invalid_weights():
     document = {
         "nodes": [{"name": "w0", "devices": [a100()]}],
