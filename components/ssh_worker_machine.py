@@ -176,6 +176,10 @@ def owned(owner: str, delete: str) -> str:
     cleaned up as before, unless it has no kubeadm either: a host reinstalled since has nothing of
     the worker's left, and ``kubeadm reset`` would fail its delete (only ``pulumi state delete``
     would get past that).
+
+    Every remote command's ``delete`` is built here, and pulumi-command runs ``create`` again on
+    any input change: editing this text re-runs each SSH host's preparation and join once on the
+    next ``pulumi up`` (both converge without resetting anything, but every host must answer).
     """
     return (
         f'if [ -f {OWNER_FILE} ] && [ "$(cat {OWNER_FILE})" != {shlex.quote(owner)} ]; then '

@@ -26,29 +26,36 @@ def _named(document: dict[str, Any], key: str, field: str) -> dict[str, Any]:
     }
 
 
-def current_cluster(document: Any, context: str | None = None) -> dict[str, Any]:
-    """The ``cluster`` entry (server, CA) a parsed kubeconfig points at; ValueError when none is usable."""
+def current_cluster(document: Any, context: str | None = None, cluster: str | None = None) -> dict[str, Any]:
+    """The ``cluster`` entry (server, CA) a parsed kubeconfig points at; ValueError when none is usable.
+
+    ``context`` and ``cluster`` override the file's current context and that context's cluster, as
+    the Kubernetes provider's inputs of those names do (client-go's ConfigOverrides).
+    """
     if not isinstance(document, dict):
         raise ValueError("kubeconfig is not a mapping")
     clusters = _named(document, "clusters", "cluster")
     contexts = _named(document, "contexts", "context")
     current = context or document.get("current-context")
-    if current:
-        if current in contexts and contexts[current].get("cluster") in clusters:
-            return clusters[contexts[current]["cluster"]]
-        raise ValueError(f"kubeconfig names no usable cluster for context {current!r}")
-    if len(clusters) == 1:
+    if current and current not in contexts:
+        raise ValueError(f"kubeconfig has no context {current!r}")
+    name = cluster or (contexts[current].get("cluster") if current else None)
+    if name:
+        if name in clusters:
+            return clusters[name]
+        raise ValueError(f"kubeconfig has no cluster {name!r}")
+    if not current and len(clusters) == 1:
         return next(iter(clusters.values()))
     raise ValueError(f"kubeconfig has no current context and {len(clusters)} clusters, not one")
 
 
-def _current_cluster(kubeconfig: str, context: str | None = None) -> dict[str, Any]:
-    return current_cluster(yaml.load(kubeconfig, Loader=_Loader), context)
+def _current_cluster(kubeconfig: str, context: str | None = None, cluster: str | None = None) -> dict[str, Any]:
+    return current_cluster(yaml.load(kubeconfig, Loader=_Loader), context, cluster)
 
 
-def server(kubeconfig: str, context: str | None = None) -> str:
+def server(kubeconfig: str, context: str | None = None, cluster: str | None = None) -> str:
     """The server URL; ValueError (or yaml.YAMLError) when the kubeconfig names none."""
-    found = _current_cluster(kubeconfig, context).get("server")
+    found = _current_cluster(kubeconfig, context, cluster).get("server")
     if not isinstance(found, str) or not found:
         raise ValueError("kubeconfig's cluster has no server")
     return found

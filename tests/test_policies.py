@@ -423,7 +423,7 @@ CASES = [
         lambda d: record(d, SECRET, "tenant-a-worker-0-bootstrap-token").update(
             provider=provider_of(d, SECRET, "tenant-b-worker-0-bootstrap-token")
         ),
-        "uses a bootstrap token created in the cluster of tenant 'tenant-b'",
+        "uses a bootstrap token created through a provider built from tenant 'tenant-b''s control plane",
     ),
     Case(
         "token-created-through-a-provider-of-no-tenant",
@@ -431,7 +431,8 @@ CASES = [
         lambda d: record(d, SECRET, "tenant-a-worker-0-bootstrap-token").update(
             provider=extra_provider(d, "elsewhere", like="tenant-a", dependencies=[], server="10.9.9.9:6443")
         ),
-        "uses a bootstrap token created in no tenant's cluster",
+        "uses a bootstrap token created through a provider built from no TenantControlPlane (which cluster it reaches, "
+        "the stack cannot tell)",
     ),
     Case(
         "join-runs-in-another-container",
@@ -888,11 +889,22 @@ CASES = [
             image="alpine:3.20",
             pidMode="host",
             capabilities={"adds": ["CAP_SYS_ADMIN", "NET_BIND_SERVICE"]},
-            volumes=[{"hostPath": "/etc/../etc/kubernetes", "containerPath": "/k"}, {"containerPath": "/data"}],
-            mounts=[{"type": "bind", "source": "/", "target": "/host"}, {"type": "volume", "source": "cache", "target": "/c"}],
+            volumes=[
+                {"hostPath": "/etc/../etc/kubernetes", "containerPath": "/k"},
+                {"hostPath": "/var/lib/", "containerPath": "/v"},  # holds /var/lib/docker
+                {"hostPath": "/home/me/data", "containerPath": "/home"},
+                {"hostPath": "/usr/lib", "containerPath": "/usr/lib", "readOnly": True},  # programs, read-only
+                {"hostPath": "/etc/ssl", "containerPath": "/etc/ssl", "readOnly": True},  # the host's secrets are near
+                {"containerPath": "/data"},
+            ],
+            mounts=[
+                {"type": "bind", "source": "/", "target": "/host"},
+                {"type": "bind", "source": "/usr/local/bin", "target": "/b"},  # writable programs
+                {"type": "volume", "source": "cache", "target": "/c"},
+            ],
         ),
-        "container debug runs with pidMode host, capability CAP_SYS_ADMIN, host path /etc/kubernetes, host path /, as good "
-        "as privileged",
+        "container debug runs with pidMode host, capability CAP_SYS_ADMIN, host path /etc/kubernetes, host path /var/lib, "
+        "host path /etc/ssl (read-only), host path /, host path /usr/local/bin, as good as privileged",
     ),
     Case(
         # Devices and host paths a node needs, on a node image that is not privileged: nothing to hold against it.
@@ -951,7 +963,7 @@ CASES = [
         lambda d: record(d, RELEASE, "tenant-a-hami").update(
             provider=extra_provider(d, "elsewhere", like="tenant-a", dependencies=[], server="10.9.9.9:6443")
         ),
-        "installed through provider elsewhere, which reaches no tenant's cluster",
+        "installed through provider elsewhere, built from no TenantControlPlane",
     ),
     Case(
         "hami-on-the-default-provider",
@@ -1109,13 +1121,14 @@ CASES = [
         "quota-through-two-tenants-providers",
         "gpu-quota-within-inventory",
         lambda d: record(d, K8S_PROVIDER, "tenant-a")["dependencies"].append(record(d, TCP, "tenant-b")["urn"]),
-        "GPU quota tenant-a-gpu-quota is created through several tenants",
+        "GPU quota tenant-a-gpu-quota is created through a provider built from the control planes of tenants 'tenant-a', "
+        "'tenant-b'",
     ),
     Case(
         "quota-through-no-tenants-provider",
         "gpu-quota-within-inventory",
         lambda d: record(d, QUOTA, "tenant-a-gpu-quota").update(provider=None),
-        "GPU quota tenant-a-gpu-quota is created through no tenant's cluster",
+        "GPU quota tenant-a-gpu-quota is created through a provider built from no TenantControlPlane",
     ),
     # shared-datastore (advisory)
     Case(
@@ -1236,6 +1249,12 @@ CASES = [
         ("docker exec -i -e A -e B tenant-a-worker-0 sh -s", "tenant-a-worker-0"),
         ("docker exec -it --env=A=1 --user root -w /tmp node sh", "node"),
         ("docker exec --env-file f --detach-keys ctrl-x -- node sh", "node"),
+        ("docker exec -iu root node sh", "node"),
+        ("docker exec -iuroot node sh", "node"),
+        ("docker exec -ie A node sh", "node"),
+        ("docker container exec -i node sh", "node"),
+        ("docker --context other -H=unix:///x exec node sh", "node"),
+        ("DOCKER_HOST=unix:///x docker exec node sh", "node"),
         ("docker exec -i", None),
         ("docker run -i node sh", None),
         ("docker exec 'unclosed", None),
@@ -1262,6 +1281,9 @@ current-context: first
     [
         ({"kubeconfig": TWO_CLUSTERS}, "10.0.0.1:6443"),
         ({"kubeconfig": TWO_CLUSTERS, "context": "second"}, "[fd00::2]:6443"),  # the provider's context wins
+        ({"kubeconfig": TWO_CLUSTERS, "cluster": "two"}, "[fd00::2]:6443"),  # ... and its cluster
+        ({"kubeconfig": TWO_CLUSTERS, "context": "second", "cluster": "one"}, "10.0.0.1:6443"),
+        ({"kubeconfig": TWO_CLUSTERS, "cluster": "three"}, None),
         ({"kubeconfig": TWO_CLUSTERS.replace("current-context: first", "")}, None),  # client-go would refuse it
         ({"kubeconfig": TWO_CLUSTERS, "context": "third"}, None),
         ({"kubeconfig": "clusters: [unclosed"}, None),

@@ -49,28 +49,38 @@ def _image_names(stack: StackView, container: ResourceView) -> list[Any]:
 
 # Capabilities that each amount to root on the host (capabilities(7)); Docker takes them with or without CAP_.
 _ROOT_CAPABILITIES = frozenset({"ALL", "SYS_ADMIN", "SYS_MODULE", "SYS_RAWIO", "SYS_PTRACE", "DAC_READ_SEARCH", "BPF"})
-# Host paths whose bind mount hands over the host (besides / itself): its configuration, kernel
-# interfaces, devices and the container engines' state. A node's read-only /lib/modules is not one.
-_HOST_PATHS = ("/etc", "/root", "/boot", "/proc", "/sys", "/dev", "/run", "/var/run", "/var/lib/docker", "/var/lib/containerd")
+# Host paths whose bind mount hands over the host, as do their parents (/ and /var included): its
+# configuration and secrets, kernel interfaces, devices, and the state of the container engines
+# (every container's files, other tenants' workers included) and of kubelet.
+_HOST_PATHS = (
+    *("/etc", "/root", "/boot", "/proc", "/sys", "/dev", "/run", "/var/run"),
+    *("/var/lib/docker", "/var/lib/containerd", "/var/lib/kubelet"),
+)
+# The host's programs: root the next time the host runs one, unless mounted read-only (as a node's /lib/modules).
+_PROGRAM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib64")
 _SOCKETS = ("docker.sock", "containerd.sock", "podman.sock", "crio.sock")
 
 
-def _host_paths(container: ResourceView) -> list[str]:
-    """The host paths bound into the container (``volumes`` with a host path, ``mounts`` of type bind)."""
+def _host_paths(container: ResourceView) -> list[tuple[str, bool]]:
+    """(host path, read-only) of each bind into the container (``volumes`` with a host path, ``mounts`` of type bind)."""
     found = []
     for volume in container.get("volumes", default=[]) or []:
         path = volume.get("hostPath") if isinstance(volume, dict) else None
         if isinstance(path, str) and path:
-            found.append(path)
+            found.append((path, volume.get("readOnly") is True))
     for mount in container.get("mounts", default=[]) or []:
         if isinstance(mount, dict) and mount.get("type") == "bind" and isinstance(mount.get("source"), str):
-            found.append(mount["source"])
+            found.append((mount["source"], mount.get("readOnly") is True))
     return found
 
 
 def _normal(path: str) -> str:
     """``/var/../etc/`` as ``/etc``: Docker resolves the path on the host (symlinks there stay unknown)."""
     return posixpath.normpath("/" + path).replace("//", "/")
+
+
+def _within(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(f"{directory.rstrip('/')}/")
 
 
 def _root_equivalents(container: ResourceView) -> list[str]:
@@ -85,9 +95,11 @@ def _root_equivalents(container: ResourceView) -> list[str]:
         path = device.get("hostPath") if isinstance(device, dict) else None
         if isinstance(path, str):
             found.append(f"device {path}")
-    for path in map(_normal, _host_paths(container)):
-        if path == "/" or any(path == prefix or path.startswith(f"{prefix}/") for prefix in _HOST_PATHS):
-            found.append(f"host path {path}")
+    for given, read_only in _host_paths(container):
+        path = _normal(given)
+        protected = (*_HOST_PATHS, *(() if read_only else _PROGRAM_PATHS))
+        if any(_within(path, directory) or _within(directory, path) for directory in protected):
+            found.append(f"host path {path}{' (read-only)' if read_only else ''}")
     return found
 
 
@@ -95,7 +107,7 @@ def check(stack: StackView, node_repositories: Iterable[str]) -> Iterator[Findin
     allowed = {repository(item) for item in node_repositories}
     for container in stack.of_type(kinds.CONTAINER):
         name = container.get("name") or container.name
-        for path in _host_paths(container):
+        for path, _ in _host_paths(container):
             if path.rstrip("/").endswith(_SOCKETS):
                 yield Finding(
                     f"container {name} mounts {path}, the container engine's socket: whoever runs in it drives every "
@@ -104,7 +116,8 @@ def check(stack: StackView, node_repositories: Iterable[str]) -> Iterator[Findin
                 )
         if container.get("privileged") is not True:
             reasons = _root_equivalents(container)
-            if reasons and not _runs_node_image(stack, container, allowed):
+            names = _image_names(stack, container)
+            if reasons and not (names and all(_is_node_image(image, allowed) for image in names)):
                 yield Finding(
                     f"container {name} runs with {', '.join(reasons)}, as good as privileged (root on the host); "
                     "only node images may",
@@ -119,7 +132,7 @@ def check(stack: StackView, node_repositories: Iterable[str]) -> Iterator[Findin
                 )
             continue
         for image in names:
-            if isinstance(image, str) and repository(image) not in allowed:
+            if isinstance(image, str) and not _is_node_image(image, allowed):
                 yield Finding(
                     f"privileged container {name} runs {image}, not a Kubernetes node image "
                     f"({', '.join(sorted(allowed))}); privileged is root on the host",
@@ -127,6 +140,5 @@ def check(stack: StackView, node_repositories: Iterable[str]) -> Iterator[Findin
                 )
 
 
-def _runs_node_image(stack: StackView, container: ResourceView, allowed: set[str]) -> bool:
-    names = _image_names(stack, container)
-    return bool(names) and all(isinstance(image, str) and repository(image) in allowed for image in names)
+def _is_node_image(image: Any, allowed: set[str]) -> bool:
+    return isinstance(image, str) and repository(image) in allowed

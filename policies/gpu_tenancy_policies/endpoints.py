@@ -87,33 +87,29 @@ def node_networks(stack: StackView) -> list[tuple[str, list[Any]]]:
     return found
 
 
+def _shared(planes: dict[Any, list[ControlPlane]], what: str) -> Iterator[Finding]:
+    """A finding on each TCP that shares its key (``what``, with ``{}`` for the key) with another."""
+    for key, sharing in planes.items():
+        for plane in sharing if len(sharing) > 1 else []:
+            others = ", ".join(repr(other.tenant) for other in sharing if other is not plane)
+            yield Finding(f"tenant {plane.tenant!r} shares {what.format(key)} with tenant {others}", plane.urn)
+
+
 def check_unique_endpoints(stack: StackView) -> Iterator[Finding]:
     planes = stack.control_planes
     by_address: dict[Any, list[ControlPlane]] = defaultdict(list)
+    # Kamaji names a TCP's Secrets, Service and Deployment after the TCP, in its namespace: tenants in one
+    # namespace share whoever may read Secrets there (their admin kubeconfigs) and its quotas.
+    by_namespace: dict[Any, list[ControlPlane]] = defaultdict(list)
     for plane in planes:
         address = parse_address(plane.effective_address)
         if address is not None:
             by_address[address].append(plane)
-    for address, sharing in by_address.items():
-        if len(sharing) > 1:
-            for plane in sharing:
-                others = ", ".join(repr(other.tenant) for other in sharing if other is not plane)
-                yield Finding(f"tenant {plane.tenant!r} shares its address {address} with tenant {others}", plane.urn)
-    # Kamaji names a TCP's Secrets, Service and Deployment after the TCP, in its namespace: tenants in one
-    # namespace share whoever may read Secrets there (their admin kubeconfigs) and its quotas.
-    by_namespace: dict[str, list[ControlPlane]] = defaultdict(list)
-    for plane in planes:
         namespace = plane.resource.get("metadata", "namespace")
         if namespace is None or isinstance(namespace, str):
             by_namespace[namespace or "default"].append(plane)
-    for namespace, sharing in by_namespace.items():
-        if len(sharing) > 1:
-            for plane in sharing:
-                others = ", ".join(repr(other.tenant) for other in sharing if other is not plane)
-                yield Finding(
-                    f"tenant {plane.tenant!r} shares the management cluster namespace {namespace!r} with tenant {others}",
-                    plane.urn,
-                )
+    yield from _shared(by_address, "its address {}")
+    yield from _shared(by_namespace, "the management cluster namespace {!r}")
 
     nodes = node_networks(stack)
     for plane in planes:

@@ -73,8 +73,8 @@ def check_hami_placement(stack: StackView) -> Iterator[Finding]:
             )
         elif len(tenants := stack.tenants_of_provider(provider.urn)) != 1:
             yield Finding(
-                f"HAMi ({release.name}) is installed through provider {provider.name}, which reaches "
-                f"{providers.describe(tenants)}: install it through one tenant's provider",
+                f"HAMi ({release.name}) is installed through provider {provider.name}, built from "
+                f"{providers.built_from(tenants)}: install it through one tenant's provider",
                 release.urn,
             )
 
@@ -191,8 +191,11 @@ def check_quota(stack: StackView) -> Iterator[Finding]:
             continue
         tenants = stack.tenants_of_provider(quota.provider_urn)
         if len(tenants) != 1:
-            where = "several tenants" if tenants else "no tenant's cluster"
-            yield Finding(f"GPU quota {quota.name} is created through {where}, so no single tenant's cards bound it", quota.urn)
+            yield Finding(
+                f"GPU quota {quota.name} is created through a provider built from {providers.built_from(tenants)}, so no "
+                "single tenant's cards bound it",
+                quota.urn,
+            )
             continue
         tenant = next(iter(tenants))
         if tenant not in declared and _real_devices(stack, tenant):

@@ -37,24 +37,49 @@ def _machine(stack: StackView, command: ResourceView) -> tuple[str | None, list[
     return None, containers
 
 
-# docker exec's options that take a value as the next word (docker/cli: cli/command/container/exec.go).
+# Options that take a value as the next word (docker/cli: cli/command/container/exec.go, and the
+# docker command's own global options in cli/flags/options.go).
 _EXEC_VALUE_OPTIONS = frozenset({"-e", "--env", "--env-file", "-u", "--user", "-w", "--workdir", "--detach-keys"})
+_GLOBAL_VALUE_OPTIONS = frozenset(
+    {"-c", "--context", "-H", "--host", "--config", "-l", "--log-level", "--tlscacert", "--tlscert", "--tlskey"}
+)
+
+
+def _skip_options(words: list[str], index: int, valued: frozenset[str]) -> int:
+    """The index of the first word after the options at ``index`` (pflag's rules: ``--x=v``, ``-iu root``, ``-uroot``)."""
+    while index < len(words) and words[index].startswith("-"):
+        word = words[index]
+        index += 1
+        if word == "--":
+            break
+        if word.startswith("--") or len(word) == 2:
+            index += 1 if word in valued else 0
+            continue
+        for position, letter in enumerate(word[1:], start=1):
+            if f"-{letter}" in valued:  # the rest of the word is its value, else the next word is
+                index += 1 if position == len(word) - 1 else 0
+                break
+    return index
 
 
 def exec_target(create: str) -> str | None:
-    """The container ``docker exec [OPTIONS] CONTAINER COMMAND`` runs in; None for any other command."""
+    """The container ``[VAR=value ...] docker [OPTIONS] [container] exec [OPTIONS] CONTAINER COMMAND``
+    runs in; None for any other command."""
     try:
         words = shlex.split(create)
     except ValueError:
         return None
-    if words[:2] != ["docker", "exec"]:
+    index = 0
+    while index < len(words) and "=" in words[index] and not words[index].startswith("-"):
+        index += 1  # the shell's variable assignments before the command
+    if index >= len(words) or words[index] != "docker":
         return None
-    index = 2
-    while index < len(words) and words[index].startswith("-"):
-        if words[index] == "--":
-            index += 1
-            break
-        index += 2 if words[index] in _EXEC_VALUE_OPTIONS else 1
+    index = _skip_options(words, index + 1, _GLOBAL_VALUE_OPTIONS)
+    if words[index : index + 1] == ["container"]:
+        index += 1
+    if words[index : index + 1] != ["exec"]:
+        return None
+    index = _skip_options(words, index + 1, _EXEC_VALUE_OPTIONS)
     return words[index] if index < len(words) else None
 
 
@@ -82,7 +107,6 @@ def _node_name(container: ResourceView) -> Any:
 
 def check(stack: StackView) -> Iterator[Finding]:
     planes = {plane.tenant: plane for plane in stack.control_planes if isinstance(plane.tenant, str)}
-    endpoint_owner = {endpoint: tenant for tenant, plane in planes.items() for endpoint in plane.endpoints()}
     joins_by_machine: dict[str, list[tuple[ResourceView, Any]]] = defaultdict(list)
     machine_tenants: dict[str, set[str]] = defaultdict(set)
 
@@ -109,7 +133,7 @@ def check(stack: StackView) -> Iterator[Finding]:
             machine_tenants[machine].add(tenant)
         plane = planes.get(tenant)
         if plane is not None:
-            yield from _endpoint(command, env.get(kinds.ENV_JOIN_ENDPOINT), tenant, plane.endpoints(), endpoint_owner)
+            yield from _endpoint(command, env.get(kinds.ENV_JOIN_ENDPOINT), tenant, plane.endpoints(), stack.endpoint_owners)
         elif stack.all_tenants_known:
             # (Otherwise a preview in which some control plane is still unknown as a whole.)
             yield Finding(
@@ -169,7 +193,8 @@ def _tokens(stack: StackView, command: ResourceView, tenant: str) -> Iterator[Fi
             )
         elif clusters != {tenant}:
             yield Finding(
-                f"join {command.name} for tenant {tenant!r} uses a bootstrap token created in {providers.describe(clusters)}",
+                f"join {command.name} for tenant {tenant!r} uses a bootstrap token created through a provider built from "
+                f"{providers.built_from(clusters)}",
                 command.urn,
             )
 

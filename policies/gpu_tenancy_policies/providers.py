@@ -17,32 +17,31 @@ from .stack import StackView, kubeconfig_server
 
 
 def check(stack: StackView) -> Iterator[Finding]:
-    owners = {endpoint: plane.tenant for plane in stack.control_planes for endpoint in plane.endpoints()}
     for provider in stack.of_type(kinds.KUBERNETES_PROVIDER):
         if provider.urn in stack.management_providers:
             continue
         tenants = stack.tenants_of_provider(provider.urn)
         if len(tenants) > 1:
             yield Finding(
-                f"Kubernetes provider {provider.name} is built from the control planes of tenants "
-                f"{', '.join(map(repr, sorted(tenants)))}: which cluster it reaches is one of them, by chance",
+                f"Kubernetes provider {provider.name} is built from {built_from(tenants)}: which cluster it reaches "
+                "is one of them, by chance",
                 provider.urn,
             )
             continue
         server = kubeconfig_server(provider)
-        owner = owners.get(server) if server is not None else None
+        owner = stack.endpoint_owners.get(server) if server is not None else None
         if tenants and isinstance(owner, str) and owner not in tenants:
             yield Finding(
-                f"Kubernetes provider {provider.name} is built from tenant {next(iter(tenants))!r}'s control plane but its "
-                f"kubeconfig names {server}, the endpoint of tenant {owner!r}",
+                f"Kubernetes provider {provider.name} is built from {built_from(tenants)} but its kubeconfig names "
+                f"{server}, the endpoint of tenant {owner!r}",
                 provider.urn,
             )
 
 
-def describe(tenants: set[str]) -> str:
-    """Where a provider whose tenants are ``tenants`` reaches, for messages."""
+def built_from(tenants: set[str]) -> str:
+    """What a provider whose tenants are ``tenants`` is built from, for messages."""
     if not tenants:
-        return "no tenant's cluster (a provider built from no TenantControlPlane)"
-    return f"the cluster{'s' if len(tenants) > 1 else ''} of tenant{'s' if len(tenants) > 1 else ''} " + ", ".join(
-        map(repr, sorted(tenants))
-    )
+        return "no TenantControlPlane (which cluster it reaches, the stack cannot tell)"
+    if len(tenants) == 1:
+        return f"tenant {next(iter(tenants))!r}'s control plane"
+    return f"the control planes of tenants {', '.join(map(repr, sorted(tenants)))}"

@@ -230,6 +230,12 @@ class StackView:
         return {plane.tenant for plane in self.control_planes if isinstance(plane.tenant, str)}
 
     @cached_property
+    def endpoint_owners(self) -> dict[str, str]:
+        """``host:port`` -> the tenant whose API server answers there (``ControlPlane.endpoints``)."""
+        planes = [plane for plane in self.control_planes if isinstance(plane.tenant, str)]
+        return {endpoint: plane.tenant for plane in planes for endpoint in plane.endpoints()}
+
+    @cached_property
     def all_tenants_known(self) -> bool:
         """Whether every TenantControlPlane's tenant can be read: only then is a missing one missing."""
         return all(isinstance(plane.tenant, str) for plane in self.control_planes)
@@ -292,13 +298,15 @@ class StackView:
 def kubeconfig_server(provider: ResourceView) -> str | None:
     """The ``host:port`` of the cluster a provider's kubeconfig and context name, when known and parsed.
 
-    The provider's own ``context`` input wins over the file's current-context, as in pulumi-kubernetes.
+    The provider's own ``context`` and ``cluster`` inputs win over the file's, as in pulumi-kubernetes.
     """
-    text, context = provider.get("kubeconfig"), provider.get("context")
+    text, context, cluster = provider.get("kubeconfig"), provider.get("context"), provider.get("cluster")
     if not isinstance(text, str) or not text:
         return None
     try:
-        server = kubeconfig.server(text, context if isinstance(context, str) else None)
+        server = kubeconfig.server(
+            text, context if isinstance(context, str) else None, cluster if isinstance(cluster, str) else None
+        )
     except (ValueError, yaml.YAMLError):
         return None
     return server.removeprefix("https://").removeprefix("http://").rstrip("/")
