@@ -389,11 +389,13 @@ def fake_management(config: StackConfig, tenants: Mapping[str, FakeKube]) -> Fak
     for tenant in config.tenants:
         endpoint = tenants[tenant.name].server.removeprefix("https://")
         fake.custom[(tenant.name, tenant.name)] = {
+            "metadata": {"generation": 2},
             "status": {
+                "observedGeneration": 2,
                 "kubernetesResources": {"version": {"status": "Ready", "version": tenant.kubernetes_version}},
                 "controlPlaneEndpoint": endpoint,
                 "addons": {"konnectivity": {"enabled": True}},
-            }
+            },
         }
     return fake
 
@@ -748,6 +750,21 @@ def test_control_plane_fails_unless_the_tcp_is_ready_at_the_declared_version_wit
     assert "version v1.35.0, declared v1.36.4" in result["tenant-a"].detail
     assert "Konnectivity" in result["tenant-a"].detail
     assert result["tenant-b"].detail == "no TenantControlPlane tenant-b/tenant-b"
+
+
+def test_control_plane_fails_on_a_status_behind_the_spec_or_without_an_endpoint():
+    w = world()
+    w.management.custom[("tenant-a", "tenant-a")]["metadata"]["generation"] = 3  # a spec change not reconciled yet
+    del w.management.custom[("tenant-b", "tenant-b")]["status"]["controlPlaneEndpoint"]
+    result = run_one(w, "control-plane")
+    assert result["tenant-a"].status == report.FAIL
+    assert "status describes generation 2, the spec is at 3: still reconciling" in result["tenant-a"].detail
+    assert result["tenant-b"].status == report.FAIL
+    assert result["tenant-b"].detail == "no status.controlPlaneEndpoint"
+    # A Kamaji that never sets observedGeneration cannot tell: not held against it.
+    w = world()
+    del w.management.custom[("tenant-a", "tenant-a")]["status"]["observedGeneration"]
+    assert run_one(w, "control-plane")["tenant-a"].status == report.PASS
 
 
 def test_tenant_api_fails_on_foreign_missing_or_unready_nodes_and_on_an_unreachable_api():
@@ -2081,6 +2098,22 @@ def test_a_declared_tenant_missing_from_the_outputs_fails():
     assert report.exit_code(results) == 1
 
 
+def test_declared_workers_missing_from_the_outputs_fail_and_do_not_skip_hami_quietly():
+    # Workers added to Pulumi.dev.yaml since the last pulumi up: without them HAMi's checks would
+    # only skip ("no workers"), and the run would pass.
+    w = world()
+    document = outputs_document(DEV, w.tenants)
+    document["tenants"]["tenant-b"]["workers"] = []
+    document["tenants"]["tenant-b"]["gpus"] = {}
+    run = runner.open_run("dev", outputs.parse_outputs(document, "test"), DEV, w.connector, "abc123", clock=w.clock)
+    results = runner.run_checks(run)
+    missing = rows(results, "outputs")["tenant-b"]
+    assert missing.status == report.FAIL
+    declared = ", ".join(worker.name for worker in DEV.tenant("tenant-b").workers)
+    assert missing.detail == f"workers {declared} declared in Pulumi.dev.yaml but not in the stack's outputs; run pulumi up"
+    assert report.exit_code(results) == 1
+
+
 def test_a_handshake_that_fails_without_verification_proves_no_refusal():
     # kube-apiserver asks for a client certificate and rejects a foreign one after the handshake
     # (401); a TLS failure without verification means no API server judged the credentials.
@@ -2118,3 +2151,25 @@ def test_scratch_namespaces_are_deleted_when_a_run_ends_in_any_other_way():
     with pytest.raises(SystemExit):
         runner.run_checks(w.run())
     assert all(len(fake.deleted_namespaces) == 1 for fake in w.tenants.values())
+
+
+def test_an_events_time_is_its_latest_occurrence_in_either_events_api():
+    # kube-scheduler reports through events.k8s.io: seen as core/v1, eventTime is the first
+    # occurrence and repeats only move series.lastObservedTime.
+    from datetime import UTC, datetime  # noqa: PLC0415
+
+    def at(second: int) -> datetime:
+        return datetime(2026, 12, 1, 0, 0, second, tzinfo=UTC)
+
+    repeated = k8s.CoreV1Event(
+        metadata=k8s.V1ObjectMeta(name="r", creation_timestamp=at(1)),
+        involved_object=k8s.V1ObjectReference(),
+        event_time=at(1),
+        series=k8s.CoreV1EventSeries(count=9, last_observed_time=at(50)),
+    )
+    once = k8s.CoreV1Event(
+        metadata=k8s.V1ObjectMeta(name="o", creation_timestamp=at(5)),
+        involved_object=k8s.V1ObjectReference(),
+        last_timestamp=at(5),
+    )
+    assert kube._event_view(repeated).timestamp > kube._event_view(once).timestamp

@@ -424,7 +424,10 @@ def _pod_view(pod: Any) -> PodView:
 
 
 def _event_view(event: Any) -> EventView:
-    when = event.last_timestamp or event.event_time or event.metadata.creation_timestamp
+    # An events.k8s.io event (kube-scheduler's) seen as core/v1 has no lastTimestamp; its eventTime is
+    # its first occurrence and repeats go to series.lastObservedTime.
+    series = event.series
+    when = event.last_timestamp or (series and series.last_observed_time) or event.event_time or event.metadata.creation_timestamp
     component = (event.source and event.source.component) or event.reporting_component or ""
     uid = (event.involved_object and event.involved_object.uid) or ""
     return EventView(event.reason or "", event.message or "", component, _timestamp(when), uid)

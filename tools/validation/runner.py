@@ -148,13 +148,27 @@ def _unreachable(run: Run, ids: Sequence[str], target: Target) -> list[Result]:
 
 
 def _undeployed(run: Run) -> list[Result]:
-    """Tenants the stack config declares that its outputs do not have (not deployed yet)."""
+    """Tenants, and workers of deployed tenants, the stack config declares that its outputs do not
+    have (not deployed yet): the checks would otherwise judge the cluster against the old config,
+    or skip what the missing workers bring (HAMi)."""
     deployed = {target.name for target in run.targets}
-    return [
+    results = [
         failed("outputs", tenant.name, f"declared in Pulumi.{run.stack}.yaml but not in the stack's outputs; run pulumi up")
         for tenant in run.config.tenants
         if tenant.name not in deployed
     ]
+    for target in run.targets:
+        declared = [worker.name for worker in target.declared.workers] if target.declared is not None else []
+        if missing := [name for name in declared if name not in target.outputs.workers]:
+            results.append(
+                failed(
+                    "outputs",
+                    target.name,
+                    f"workers {', '.join(missing)} declared in Pulumi.{run.stack}.yaml but not in the stack's outputs; "
+                    "run pulumi up",
+                )
+            )
+    return results
 
 
 def _create_scratch(run: Run, target: Target) -> None:
