@@ -1609,6 +1609,18 @@ def test_the_client_gets_that_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
     assert live._apis.core.api_client.configuration.proxy == "http://tls.invalid:3128"
 
 
+def test_a_clusters_proxy_url_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # kubectl sends a cluster with proxy-url through that proxy, whatever HTTPS_PROXY and NO_PROXY say.
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://env.invalid:3128")
+    monkeypatch.setenv("NO_PROXY", "10.0.0.0/8")
+    config = kubeconfig_for("https://10.1.2.3:6443")
+    config["clusters"][0]["cluster"]["proxy-url"] = "http://bastion.invalid:8888"
+    configuration = kube.connect(yaml.safe_dump(config))._apis.core.api_client.configuration
+    assert (configuration.proxy, configuration.no_proxy) == ("http://bastion.invalid:8888", None)
+
+
 def behind_a_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
     """HTTPS_PROXY set to a proxy that does not exist, no other proxy variable."""
     for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):

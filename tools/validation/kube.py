@@ -524,8 +524,14 @@ def connect(kubeconfig: str, *, server: str | None = None, verify: bool = True) 
     configuration.no_proxy = no_proxy(os.environ)
     try:
         document = retarget(document, server, verify)
-        endpoint = str(_current_cluster(document)["server"])
-        configuration.proxy = https_proxy(os.environ, endpoint)
+        cluster = _current_cluster(document)
+        endpoint = str(cluster["server"])
+        # A cluster's proxy-url wins over the environment, NO_PROXY included, as in kubectl (client-go
+        # sets the transport's Proxy to it); the Python client never reads it itself.
+        if proxy_url := cluster.get("proxy-url"):
+            configuration.proxy, configuration.no_proxy = str(proxy_url), None
+        else:
+            configuration.proxy = https_proxy(os.environ, endpoint)
         api_client = kube_config.new_client_from_config_dict(document, persist_config=False, client_configuration=configuration)
     except (ConfigException, ValueError, KeyError, TypeError, AttributeError) as error:
         # The message could quote the kubeconfig; its type is enough to say it is unusable.
