@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.shell import shellcheck
+from tests.shell import executable, shellcheck
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 WORKFLOWS = sorted((PROJECT_DIR / ".github" / "workflows").glob("*.yml"))
@@ -65,3 +65,34 @@ def run_steps() -> list[tuple[str, str]]:
 def test_every_run_step_passes_shellcheck(step: str, script: str) -> None:
     # GitHub runs them with bash -e on ubuntu runners.
     assert shellcheck(script, shell="bash") == "", step
+
+
+def workflow_steps(name: str) -> list[dict]:
+    workflow = yaml.safe_load((PROJECT_DIR / ".github" / "workflows" / name).read_text())
+    return [step for job in workflow["jobs"].values() for step in job.get("steps", [])]
+
+
+def test_a_committed_salt_is_dropped_whenever_no_passphrase_secret_can_match_it() -> None:
+    # The CLI takes a stack file's salt to mean passphrase secrets on any backend, Pulumi Cloud too.
+    (drop,) = [step for step in workflow_steps("ci.yml") if step.get("name", "").startswith("Drop a committed encryptionsalt")]
+    assert drop["if"] == "env.PULUMI_CONFIG_PASSPHRASE == 'gpu-tenancy-ci-throwaway-state'"
+
+
+def test_the_e2e_diagnostics_go_on_past_a_failing_command(tmp_path: Path) -> None:
+    # GitHub runs a step with bash -e: the first failing command used to end it, before the events.
+    (diagnostics,) = [step for step in workflow_steps("e2e.yml") if step.get("name") == "Diagnostics"]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("docker", "kind", "kubectl"):
+        executable(bin_dir / tool, f'#!/bin/sh\necho "{tool} $*" >> "{tmp_path}/log"\nexit 1\n')
+    result = subprocess.run(
+        ["bash", "-e", "-c", diagnostics["run"]],
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "RUNNER_TEMP": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert "kubectl --kubeconfig" in (tmp_path / "log").read_text().splitlines()[-1]
+    assert "get events" in (tmp_path / "log").read_text()
+    assert not (tmp_path / "management.kubeconfig").exists(), result.stderr
