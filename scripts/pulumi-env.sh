@@ -80,27 +80,22 @@ fi
 passphrase_provider=""
 own_passphrase=false   # the passphrase is this project's .pulumi-passphrase, not one the user chose
 fresh_passphrase=false # ... and was generated just now
-no_passphrase=false    # --existing, a self-managed backend, and no passphrase from anywhere
+no_passphrase=false    # a self-managed backend and no passphrase from anywhere (yet)
+passphrase_file="$project_dir/.pulumi-passphrase"
+use_own_passphrase() {
+  own_passphrase=true
+  export PULUMI_CONFIG_PASSPHRASE_FILE="$passphrase_file"
+  passphrase_provider=passphrase
+}
 if [ -z "${PULUMI_CONFIG_PASSPHRASE+set}" ] && [ -z "${PULUMI_CONFIG_PASSPHRASE_FILE:-}" ]; then
   # An empty URL (a CLI that did not say) is left to the user's own setup, as Pulumi Cloud is.
   case "$backend" in "" | https://* | http://*) ;; *)
-    passphrase_file="$project_dir/.pulumi-passphrase"
     if [ -s "$passphrase_file" ]; then
-      own_passphrase=true
-    elif [ "$existing" = false ]; then
-      # An empty file (an interrupted first run, a `touch`) is no passphrase: replace it, and its mode
-      # with it (a redirect into an existing file keeps that file's mode).
-      rm -f "$passphrase_file"
-      (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$passphrase_file")
-      own_passphrase=true
-      fresh_passphrase=true
+      use_own_passphrase
     else
-      # An existing stack cannot have been made with a passphrase generated now.
+      # Generated only for a stack about to be created (below): a stack that exists (another
+      # checkout's, on a machine-wide --local login or a shared bucket) was made with another.
       no_passphrase=true
-    fi
-    if [ "$own_passphrase" = true ]; then
-      export PULUMI_CONFIG_PASSPHRASE_FILE="$passphrase_file"
-      passphrase_provider=passphrase
     fi
   ;; esac
 fi
@@ -122,7 +117,16 @@ else
     sed -n '1,5s/^/  /p' <<< "${select_error:-(pulumi printed nothing)}" >&2
     exit 2
   fi
-  stack_file="$project_dir/Pulumi.$stack.yaml"
+  if [ "$no_passphrase" = true ]; then
+    # An empty file (an interrupted first run, a `touch`) is no passphrase: replace it, and its mode
+    # with it (a redirect into an existing file keeps that file's mode).
+    rm -f "$passphrase_file"
+    (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$passphrase_file")
+    use_own_passphrase
+    fresh_passphrase=true
+  fi
+  # Pulumi names a stack's file after the last part of a qualified name (org/project/stack).
+  stack_file="$project_dir/Pulumi.${stack##*/}.yaml"
   if [ "$own_passphrase" = true ] && [ -f "$stack_file" ] && grep -q '^encryptionsalt:' "$stack_file"; then
     # `stack init` checks the passphrase against a salt already in the file and fails with
     # "incorrect passphrase" when another passphrase made it (someone's committed line). A stack
@@ -134,10 +138,10 @@ else
     case "$select_error" in *"no stack named"*) stack_missing=true ;; esac
     if [ "$fresh_passphrase" = true ] ||
       { [ "$stack_missing" = true ] && ! grep -q 'secure:' "$stack_file"; }; then
-      echo "Pulumi.$stack.yaml: dropping an encryptionsalt left from another stack or passphrase" >&2
+      echo "Pulumi.${stack##*/}.yaml: dropping an encryptionsalt left from another stack or passphrase" >&2
       sed '/^encryptionsalt:/d' "$stack_file" > "$stack_file.tmp" && mv "$stack_file.tmp" "$stack_file"
     elif [ "$stack_missing" = true ]; then
-      echo "Pulumi.$stack.yaml: keeping its encryptionsalt for its secure: values; if \`stack init\` says" \
+      echo "Pulumi.${stack##*/}.yaml: keeping its encryptionsalt for its secure: values; if \`stack init\` says" \
         "incorrect passphrase, set the passphrase that made them or delete them and the salt" >&2
     fi
   fi

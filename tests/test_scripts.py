@@ -394,6 +394,29 @@ def test_a_salt_left_beside_our_passphrase_file_is_dropped_when_the_stack_does_n
     assert (tmp_path / "project" / ".pulumi-passphrase").read_text() == "0" * 64
 
 
+@pytest.mark.parametrize("url", ["file://~", "s3://team-state"])
+def test_a_stack_another_checkout_made_gets_no_new_passphrase(tmp_path: Path, url: str) -> None:
+    # A machine-wide `pulumi login --local`, or a shared bucket: the stack exists, made with another
+    # checkout's passphrase; one generated here could never open it.
+    bin_dir = fake_pulumi(tmp_path, logged_in=True, stacks=["dev"], url=url)
+    result = run_env(tmp_path, bin_dir, "dev", "pulumi", "up")
+    assert result.returncode == 0, result.stderr
+    assert not (tmp_path / "project" / ".pulumi-passphrase").exists()
+    assert "set the passphrase stack 'dev' was created with" in result.stderr
+    log = (tmp_path / "pulumi.log").read_text().splitlines()
+    assert "stack init" not in "\n".join(log) and log[-1].startswith("up ") and "passfile= " in log[-1] + " "
+
+
+def test_a_qualified_stack_name_drops_the_salt_of_its_file(tmp_path: Path) -> None:
+    # Pulumi names the file after the last part: org/gpu-tenancy/dev uses Pulumi.dev.yaml.
+    stack_file = stack_file_with_salt(tmp_path)
+    bin_dir = fake_pulumi(tmp_path, logged_in=False, stacks=[])
+    result = run_env(tmp_path, bin_dir, "org/gpu-tenancy/dev", "pulumi", "up")
+    assert result.returncode == 0, result.stderr
+    assert "Pulumi.dev.yaml: dropping an encryptionsalt" in result.stderr
+    assert stack_file.read_text() == "config:\n  gpu-tenancy:tenants: []\n"
+
+
 @pytest.mark.parametrize(
     "kept_by", ["the user's passphrase", "the user's empty passphrase", "secure values", "a select error", "an existing stack"]
 )
