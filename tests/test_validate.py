@@ -1615,10 +1615,28 @@ def test_a_clusters_proxy_url_wins_over_the_environment(monkeypatch: pytest.Monk
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HTTPS_PROXY", "http://env.invalid:3128")
     monkeypatch.setenv("NO_PROXY", "10.0.0.0/8")
+    from kubernetes.stream.ws_client import websocket_proxycare  # noqa: PLC0415
+    from websocket._url import get_proxy_info  # noqa: PLC0415
+
     config = kubeconfig_for("https://10.1.2.3:6443")
-    config["clusters"][0]["cluster"]["proxy-url"] = "http://bastion.invalid:8888"
-    configuration = kube.connect(yaml.safe_dump(config))._apis.core.api_client.configuration
-    assert (configuration.proxy, configuration.no_proxy) == ("http://bastion.invalid:8888", None)
+    config["clusters"][0]["cluster"]["proxy-url"] = "http://bastion.invalid"
+    live = kube.connect(yaml.safe_dump(config))
+    assert type(live._apis.core.api_client.rest_client.pool_manager) is urllib3.ProxyManager
+    configuration = live._apis.core.api_client.configuration
+    assert configuration.proxy == "http://bastion.invalid:80"  # Go's default port for an http proxy
+    # exec's websocket too, which would read NO_PROXY from the environment itself.
+    options = websocket_proxycare({}, configuration, "wss://10.1.2.3:6443", None)
+    proxy = get_proxy_info(
+        "10.1.2.3",
+        True,
+        proxy_host=options.get("http_proxy_host"),
+        proxy_port=options.get("http_proxy_port"),
+        no_proxy=options.get("http_no_proxy"),
+    )
+    assert proxy[:2] == ("bastion.invalid", 80)
+    config["clusters"][0]["cluster"]["proxy-url"] = "socks5://bastion.invalid:1080"
+    with pytest.raises(kube.KubeError, match=r"proxy-url socks5:// proxies are not supported here"):
+        kube.connect(yaml.safe_dump(config))
 
 
 def behind_a_proxy(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -500,6 +500,19 @@ def https_proxy(environ: Mapping[str, str], endpoint: str) -> str | None:
     return raw if "://" in raw else f"http://{raw}"
 
 
+# A NO_PROXY list for the client that no host matches (.invalid is reserved, RFC 2606).
+NO_PROXY_MATCHES_NOTHING = "proxy-url.invalid"
+
+
+def cluster_proxy(proxy_url: str) -> str:
+    """A kubeconfig's ``proxy-url`` as the client takes it: http(s) only, with the port Go would default."""
+    parsed = urllib3.util.parse_url(proxy_url)
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise KubeError(f"proxy-url {parsed.scheme or proxy_url}:// proxies are not supported here; use an http(s) proxy")
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    return parsed._replace(port=port).url
+
+
 def _is_loopback(host: str | None) -> bool:
     if not host:
         return False
@@ -529,7 +542,9 @@ def connect(kubeconfig: str, *, server: str | None = None, verify: bool = True) 
         # A cluster's proxy-url wins over the environment, NO_PROXY included, as in kubectl (client-go
         # sets the transport's Proxy to it); the Python client never reads it itself.
         if proxy_url := cluster.get("proxy-url"):
-            configuration.proxy, configuration.no_proxy = str(proxy_url), None
+            configuration.proxy = cluster_proxy(str(proxy_url))
+            # Not None: exec's websocket then reads NO_PROXY from the environment itself.
+            configuration.no_proxy = NO_PROXY_MATCHES_NOTHING
         else:
             configuration.proxy = https_proxy(os.environ, endpoint)
         api_client = kube_config.new_client_from_config_dict(document, persist_config=False, client_configuration=configuration)
