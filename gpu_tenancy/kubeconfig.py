@@ -1,7 +1,7 @@
 """Reading the parts of a kubeconfig the program needs (server, cluster CA).
 
 One reading for the program, the policy pack and the live checks: the cluster of the context
-asked for, else of the current context, else the only cluster there is.
+asked for, else of the current context, as client-go reads it.
 """
 
 from __future__ import annotations
@@ -40,13 +40,12 @@ def current_cluster(document: Any, context: str | None = None, cluster: str | No
     if current and current not in contexts:
         raise ValueError(f"kubeconfig has no context {current!r}")
     name = cluster or (contexts[current].get("cluster") if current else None)
-    if name:
-        if name in clusters:
-            return clusters[name]
+    if not name:
+        # client-go does not fall back to a lone cluster: it refuses the config as empty.
+        raise ValueError("kubeconfig has no current context")
+    if name not in clusters:
         raise ValueError(f"kubeconfig has no cluster {name!r}")
-    if not current and len(clusters) == 1:
-        return next(iter(clusters.values()))
-    raise ValueError(f"kubeconfig has no current context and {len(clusters)} clusters, not one")
+    return clusters[name]
 
 
 def _current_cluster(kubeconfig: str, context: str | None = None, cluster: str | None = None) -> dict[str, Any]:

@@ -848,7 +848,9 @@ def fit(
     """``device.go`` ``Fit``: the cards for one container, or HAMi's reason string.
 
     ``devices`` are the node's NVIDIA cards in sorted order; ``prior`` is what the pod's earlier
-    containers already took, for the quota check. Returns (allocations, "") or ([], reason).
+    app containers already took, for the quota check; ``init_prior``, for an init container, the
+    cards the earlier init containers took, which count collapsed per card with this one's
+    (``fitQuota``'s ``CollapseInitContainerUsage``). Returns (allocations, "") or ([], reason).
     """
     remaining, wanted, cores = request.nums, request.nums, request.coresreq
     need_topology = policy_contains(context.gpu_policy, TOPOLOGY_AWARE)
@@ -892,7 +894,7 @@ def fit(
             # fitQuota: CollapseInitContainerUsage over the earlier init containers plus this one.
             trial = [*picked, Allocation(device.id, device.index, memreq, cores)]
             held = collapse_usage([*init_prior, trial], len(init_prior) + 1)
-            so_far = QuotaUsage(sum(h.mem for h in held.values()), sum(h.cores for h in held.values()))
+            so_far = prior + QuotaUsage(sum(h.mem for h in held.values()), sum(h.cores for h in held.values()))
         else:
             so_far = prior + QuotaUsage(sum(a.usedmem for a in picked) + memreq, sum(a.usedcores for a in picked) + cores)
         if not context.quota_fits(so_far.mem, so_far.cores):

@@ -34,6 +34,7 @@ from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 from policies.gpu_tenancy_policies import POLICIES, POLICY_NAMES, kinds, settings
 from policies.gpu_tenancy_policies.isolation import exec_target
 from policies.gpu_tenancy_policies.stack import ResourceView, kubeconfig_server
+from policies.gpu_tenancy_policies.values import UNKNOWN
 from tests.conftest import COMMAND, CONTAINER, K8S_PROVIDER, PROJECT_DIR, RELEASE, SECRET, TCP
 from tools import harness, policycheck
 
@@ -1253,8 +1254,14 @@ CASES = [
         ("docker exec -iuroot node sh", "node"),
         ("docker exec -ie A node sh", "node"),
         ("docker container exec -i node sh", "node"),
-        ("docker --context other -H=unix:///x exec node sh", "node"),
-        ("DOCKER_HOST=unix:///x docker exec node sh", "node"),
+        ("docker --log-level debug -D exec node sh", "node"),
+        ("LC_ALL=C docker exec node sh", "node"),
+        # Another engine than the command's DOCKER_HOST, where the container was made.
+        ("docker --context other exec node sh", None),
+        ("docker -H=unix:///x exec node sh", None),
+        ("docker --host=ssh://other exec node sh", None),
+        ("DOCKER_HOST=ssh://other docker exec node sh", None),
+        ("DOCKER_CONTEXT=other docker exec node sh", None),
         ("docker exec -i", None),
         ("docker run -i node sh", None),
         ("docker exec 'unclosed", None),
@@ -1284,6 +1291,9 @@ current-context: first
         ({"kubeconfig": TWO_CLUSTERS, "cluster": "two"}, "[fd00::2]:6443"),  # ... and its cluster
         ({"kubeconfig": TWO_CLUSTERS, "context": "second", "cluster": "one"}, "10.0.0.1:6443"),
         ({"kubeconfig": TWO_CLUSTERS, "cluster": "three"}, None),
+        ({"kubeconfig": TWO_CLUSTERS, "cluster": UNKNOWN}, None),  # a preview cannot tell yet
+        # client-go refuses a kubeconfig without a current context, even with a single cluster.
+        ({"kubeconfig": TWO_CLUSTERS.replace("current-context: first", "").split("- {name: two")[0]}, None),
         ({"kubeconfig": TWO_CLUSTERS.replace("current-context: first", "")}, None),  # client-go would refuse it
         ({"kubeconfig": TWO_CLUSTERS, "context": "third"}, None),
         ({"kubeconfig": "clusters: [unclosed"}, None),

@@ -62,19 +62,36 @@ def _skip_options(words: list[str], index: int, valued: frozenset[str]) -> int:
     return index
 
 
+# What points the docker CLI at another engine than the command's DOCKER_HOST (the one the
+# container was made on): a name there may be another engine's container.
+_ENGINE_VARIABLES = ("DOCKER_HOST=", "DOCKER_CONTEXT=")
+_ENGINE_OPTIONS = frozenset({"-H", "--host", "-c", "--context"})
+
+
+def _names_an_engine(option: str) -> bool:
+    if option.startswith("--"):
+        return option.partition("=")[0] in _ENGINE_OPTIONS
+    return any(f"-{letter}" in _ENGINE_OPTIONS for letter in option[1:2])
+
+
 def exec_target(create: str) -> str | None:
     """The container ``[VAR=value ...] docker [OPTIONS] [container] exec [OPTIONS] CONTAINER COMMAND``
-    runs in; None for any other command."""
+    runs in, on the engine its environment names; None for any other command, or one that names
+    another engine (``-H``, ``--context``, ``DOCKER_HOST=``)."""
     try:
         words = shlex.split(create)
     except ValueError:
         return None
     index = 0
     while index < len(words) and "=" in words[index] and not words[index].startswith("-"):
+        if words[index].startswith(_ENGINE_VARIABLES):
+            return None
         index += 1  # the shell's variable assignments before the command
     if index >= len(words) or words[index] != "docker":
         return None
-    index = _skip_options(words, index + 1, _GLOBAL_VALUE_OPTIONS)
+    start, index = index + 1, _skip_options(words, index + 1, _GLOBAL_VALUE_OPTIONS)
+    if any(word.startswith("-") and _names_an_engine(word) for word in words[start:index]):
+        return None
     if words[index : index + 1] == ["container"]:
         index += 1
     if words[index : index + 1] != ["exec"]:
@@ -95,7 +112,11 @@ def _runs_in(command: ResourceView, containers: list[ResourceView], what: str) -
         return  # unknown in a preview
     target = exec_target(create)
     if target is None:
-        yield Finding(f"{what} {command.name} waits for worker {name} but does not run `docker exec` in it", command.urn)
+        yield Finding(
+            f"{what} {command.name} waits for worker {name} but does not run `docker exec` in it on the engine its "
+            "DOCKER_HOST names",
+            command.urn,
+        )
     elif target != name:
         yield Finding(f"{what} {command.name} waits for worker {name} but runs in container {target!r}", command.urn)
 

@@ -301,8 +301,8 @@ def kubeconfig_server(provider: ResourceView) -> str | None:
     The provider's own ``context`` and ``cluster`` inputs win over the file's, as in pulumi-kubernetes.
     """
     text, context, cluster = provider.get("kubeconfig"), provider.get("context"), provider.get("cluster")
-    if not isinstance(text, str) or not text:
-        return None
+    if not isinstance(text, str) or not text or UNKNOWN in (context, cluster):
+        return None  # unknown, or overridden by what a preview cannot know yet
     try:
         server = kubeconfig.server(
             text, context if isinstance(context, str) else None, cluster if isinstance(cluster, str) else None
