@@ -33,6 +33,7 @@ def run(
     docker_host: str | None = None,
     previous_stdout: str | None = None,
     docker_down: bool = False,
+    version: str = "Docker version 28.3.2, build 578ccf6",
 ) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     """Run ``script`` with a cluster ``kamaji`` that ``exists`` and whose node holds ``owner``."""
     state, bin_dir = tmp_path / "state", tmp_path / "bin"
@@ -65,6 +66,7 @@ case "$1" in
   exec) [ "$3" = kamaji-control-plane ] || exit 1; cat > "{state}/gpu-tenancy-owner" ;;
   info) echo '{security}' ;;
   context) echo '{context}' ;;
+  -v) echo '{version}' ;;
 esac""",
     )
     env = {
@@ -209,6 +211,15 @@ def test_kind_refuses_a_remote_engine_and_checks_the_one_the_workers_get(
     endpoint = workers.stdout.splitlines()[0]
     assert endpoint == (docker_host or context)
     assert f"error: the docker engine at {endpoint} is not on this machine" in kind.stderr
+
+
+def test_kind_refuses_podman_behind_the_docker_command(tmp_path: Path) -> None:
+    # podman-docker: kind reads `docker -v` and silently takes its Podman provider, whose `network
+    # inspect` and `info` the program's templates cannot read; rootless Podman slipped past too.
+    result, log = run(kind_cluster._CREATE, tmp_path, exists=False, owner=None, version="podman version 4.3.1")
+    assert result.returncode == 1
+    assert "error: `docker` here is not Docker (podman version 4.3.1): kind would run the cluster on Podman" in result.stderr
+    assert not [line for line in log if line.startswith("kind ")]
 
 
 def test_kind_refuses_a_rootless_engine(tmp_path: Path) -> None:
