@@ -607,7 +607,8 @@ class StackConfig(_Model):
     def load(cls, raw: dict[str, Any], secret_keys: Collection[str] = ()) -> StackConfig:
         """Validate the stack's ``gpu-tenancy`` keys (without the namespace prefix).
 
-        ``secret_keys``: those holding a secret anywhere, whose values no error repeats.
+        ``secret_keys``: the keys the stack marks secret (a secret anywhere in them): text given
+        where an object or list belongs under them is never repeated in an error.
         """
         try:
             config = cls.model_validate(raw)

@@ -40,7 +40,7 @@ def current_cluster(document: Any, context: str | None = None, cluster: str | No
     if current and current not in contexts:
         raise ValueError(f"kubeconfig has no context {current!r}")
     name = cluster or (contexts[current].get("cluster") if current else None)
-    if not name:
+    if not isinstance(name, str) or not name:
         # client-go does not fall back to a lone cluster: it refuses the config as empty.
         raise ValueError("kubeconfig has no current context")
     if name not in clusters:
