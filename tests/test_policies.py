@@ -224,6 +224,10 @@ def extra_container(document: dict, name: str, **inputs: Any) -> None:
     document["resources"].append(container)
 
 
+def tcp_metadata_unknown(document: dict, tenant: str) -> None:
+    record(document, TCP, tenant)["inputs"]["metadata"] = harness.UNKNOWN
+
+
 def registration(document: dict, worker: str) -> list[dict]:
     return json.loads(env(document, f"{worker}-gpu-registration")["HAMI_NODE_REGISTER"])
 
@@ -425,6 +429,17 @@ CASES = [
             provider=provider_of(d, SECRET, "tenant-b-worker-0-bootstrap-token")
         ),
         "uses a bootstrap token created through a provider built from tenant 'tenant-b''s control plane",
+    ),
+    *(
+        # A preview in which a TCP's metadata, and so its tenant, is not known yet: a provider built
+        # from it is no tenant's as far as the stack knows, which is no finding yet.
+        Case("tenant-not-known-yet", policy, lambda d: tcp_metadata_unknown(d, "tenant-a"), None)
+        for policy in (
+            "tenant-worker-isolation",
+            "tenant-provider-isolation",
+            "hami-on-tenants-only",
+            "gpu-quota-within-inventory",
+        )
     ),
     Case(
         "token-created-through-a-provider-of-no-tenant",
