@@ -228,6 +228,18 @@ def tcp_metadata_unknown(document: dict, tenant: str) -> None:
     record(document, TCP, tenant)["inputs"]["metadata"] = harness.UNKNOWN
 
 
+def tcp_metadata_unknown_b(document: dict) -> None:
+    tcp_metadata_unknown(document, "tenant-b")
+
+
+def both(*changes: Callable[[dict], Any]) -> Callable[[dict], None]:
+    def change(document: dict) -> None:
+        for each in changes:
+            each(document)
+
+    return change
+
+
 def registration(document: dict, worker: str) -> list[dict]:
     return json.loads(env(document, f"{worker}-gpu-registration")["HAMI_NODE_REGISTER"])
 
@@ -372,6 +384,33 @@ def pin_moving_versions(document: dict) -> None:
         )
 
 
+# Things created through a provider built from no TCP: refused, however many tenants the stack knows.
+NO_TENANT_PROVIDER_CASES = [
+    Case(
+        "token-created-through-a-provider-of-no-tenant",
+        "tenant-worker-isolation",
+        lambda d: record(d, SECRET, "tenant-a-worker-0-bootstrap-token").update(
+            provider=extra_provider(d, "elsewhere", like="tenant-a", dependencies=[], server="10.9.9.9:6443")
+        ),
+        "uses a bootstrap token created through a provider built from no TenantControlPlane (which cluster it reaches, "
+        "the stack cannot tell)",
+    ),
+    Case(
+        "hami-through-a-provider-of-no-tenant",
+        "hami-on-tenants-only",
+        lambda d: record(d, RELEASE, "tenant-a-hami").update(
+            provider=extra_provider(d, "elsewhere", like="tenant-a", dependencies=[], server="10.9.9.9:6443")
+        ),
+        "installed through provider elsewhere, built from no TenantControlPlane",
+    ),
+    Case(
+        "quota-through-no-tenants-provider",
+        "gpu-quota-within-inventory",
+        lambda d: record(d, QUOTA, "tenant-a-gpu-quota").update(provider=None),
+        "GPU quota tenant-a-gpu-quota is created through a provider built from no TenantControlPlane",
+    ),
+]
+
 CASES = [
     # tenant-worker-isolation
     Case("dev", "tenant-worker-isolation", same, None),
@@ -441,15 +480,12 @@ CASES = [
             "gpu-quota-within-inventory",
         )
     ),
-    Case(
-        "token-created-through-a-provider-of-no-tenant",
-        "tenant-worker-isolation",
-        lambda d: record(d, SECRET, "tenant-a-worker-0-bootstrap-token").update(
-            provider=extra_provider(d, "elsewhere", like="tenant-a", dependencies=[], server="10.9.9.9:6443")
-        ),
-        "uses a bootstrap token created through a provider built from no TenantControlPlane (which cluster it reaches, "
-        "the stack cannot tell)",
+    *(
+        # ... and one tenant's unknown TCP hides nothing of another tenant's.
+        Case(f"{case.id}-beside-an-unknown-tenant", case.policy, both(case.change, tcp_metadata_unknown_b), case.expect)
+        for case in NO_TENANT_PROVIDER_CASES
     ),
+    *NO_TENANT_PROVIDER_CASES,
     Case(
         "join-runs-in-another-container",
         "tenant-worker-isolation",
@@ -974,14 +1010,6 @@ CASES = [
         "installed through the management cluster's provider kind",
     ),
     Case(
-        "hami-through-a-provider-of-no-tenant",
-        "hami-on-tenants-only",
-        lambda d: record(d, RELEASE, "tenant-a-hami").update(
-            provider=extra_provider(d, "elsewhere", like="tenant-a", dependencies=[], server="10.9.9.9:6443")
-        ),
-        "installed through provider elsewhere, built from no TenantControlPlane",
-    ),
-    Case(
         "hami-on-the-default-provider",
         "hami-on-tenants-only",
         lambda d: record(d, RELEASE, "tenant-b-hami").update(provider=None),
@@ -1139,12 +1167,6 @@ CASES = [
         lambda d: record(d, K8S_PROVIDER, "tenant-a")["dependencies"].append(record(d, TCP, "tenant-b")["urn"]),
         "GPU quota tenant-a-gpu-quota is created through a provider built from the control planes of tenants 'tenant-a', "
         "'tenant-b'",
-    ),
-    Case(
-        "quota-through-no-tenants-provider",
-        "gpu-quota-within-inventory",
-        lambda d: record(d, QUOTA, "tenant-a-gpu-quota").update(provider=None),
-        "GPU quota tenant-a-gpu-quota is created through a provider built from no TenantControlPlane",
     ),
     # shared-datastore (advisory)
     Case(

@@ -71,7 +71,9 @@ def check_hami_placement(stack: StackView) -> Iterator[Finding]:
                 "scheduler and webhook would govern the cluster that runs every tenant's control plane",
                 release.urn,
             )
-        elif len(tenants := stack.tenants_of_provider(provider.urn)) != 1 and (tenants or stack.all_tenants_known):
+        elif len(tenants := stack.tenants_of_provider(provider.urn)) != 1 and not (
+            not tenants and stack.reaches_unknown_tenant(provider.urn)
+        ):
             yield Finding(
                 f"HAMi ({release.name}) is installed through provider {provider.name}, built from "
                 f"{providers.built_from(tenants)}: install it through one tenant's provider",
@@ -190,7 +192,7 @@ def check_quota(stack: StackView) -> Iterator[Finding]:
         if hard is UNKNOWN or not isinstance(hard, dict) or not any(key in hard for key in QUOTA_KEYS):
             continue
         tenants = stack.tenants_of_provider(quota.provider_urn)
-        if not tenants and not stack.all_tenants_known:
+        if not tenants and stack.reaches_unknown_tenant(quota.provider_urn):
             continue  # a TCP whose tenant a preview does not know yet
         if len(tenants) != 1:
             yield Finding(

@@ -212,7 +212,7 @@ def _tokens(stack: StackView, command: ResourceView, tenant: str) -> Iterator[Fi
             yield Finding(
                 f"join {command.name} for tenant {tenant!r} uses a bootstrap token created in the management cluster", command.urn
             )
-        elif clusters != {tenant} and (clusters or stack.all_tenants_known):  # else a TCP's tenant is not known yet
+        elif clusters != {tenant} and not (not clusters and stack.reaches_unknown_tenant(secret.provider_urn)):
             yield Finding(
                 f"join {command.name} for tenant {tenant!r} uses a bootstrap token created through a provider built from "
                 f"{providers.built_from(clusters)}",

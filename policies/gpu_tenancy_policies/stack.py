@@ -276,6 +276,16 @@ class StackView:
                 todo.extend(self.by_urn[urn].dependencies)
         return seen
 
+    def reaches_unknown_tenant(self, provider_urn: str | None) -> bool:
+        """Whether ``provider_urn`` is built from a TCP whose tenant a preview cannot read yet: of
+        such a provider the stack cannot say whose it is, which is no finding yet."""
+        if provider_urn is None or provider_urn in self.management_providers or provider_urn not in self.by_urn:
+            return False
+        return any(
+            self.by_urn[urn].type == kinds.TENANT_CONTROL_PLANE and not isinstance(ControlPlane(self.by_urn[urn]).tenant, str)
+            for urn in self.reached(self.by_urn[provider_urn])
+        )
+
     def tenants_of_provider(self, provider_urn: str | None) -> set[str]:
         """The tenant(s) whose cluster ``provider_urn`` reaches: none for the management cluster's,
         a default provider or one built from anything but a TCP; more than one is itself wrong.
