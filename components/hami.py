@@ -54,11 +54,10 @@ def hami_values(kubernetes_version: str, mock_devices: bool, mock_device_plugin_
         # nodeLockExpire stays for schedulers that read the environment.
         scheduler["nodeLockExpire"] = MOCK_NODE_LOCK_EXPIRY
         scheduler["extender"] = {"extraArgs": [*CHART_EXTENDER_ARGS, f"--node-lock-timeout={MOCK_NODE_LOCK_EXPIRY}"]}
+        # The chart pulls IfNotPresent even for latest, so each worker keeps the build it pulled
+        # first; Always would only refresh it on a pod restart, and such a restart would then fail
+        # offline. Pinning latest@sha256:<digest> is the remedy (pinned-versions-exceptions).
         values["mockDevicePlugin"]["image"] = {"tag": mock_device_plugin_tag}
-        if mock_device_plugin_tag.lower() == "latest":
-            # The chart pulls IfNotPresent even for latest: each worker would keep the build it
-            # pulled first, and a re-run would never refresh it. A digest needs no such help.
-            values["mockDevicePlugin"]["image"]["pullPolicy"] = "Always"
     return values
 
 

@@ -50,13 +50,16 @@ _CLI_ENGINE = """engine="${DOCKER_HOST:-}"
 # 127.0.0.1 here) nor a rootless one, whose container network lives in RootlessKit's namespace
 # (moby/moby#43625). Refused before kind creates anything.
 _LOCAL_ROOTFUL_ENGINE = (
-    # kind drives Docker only when `docker -v` says so (its docker provider's IsAvailable); behind a
-    # podman-docker shim it switches to Podman, whose network and info this program cannot read.
-    """case "$(docker -v 2>/dev/null || true)" in
+    # kind drives Docker only when `docker -v` says so (its docker provider's IsAvailable); else it
+    # takes nerdctl or Podman (podman-docker's shim), whose network and info this program cannot read.
+    r"""case "$(docker -v 2>/dev/null || true)" in
   "Docker version"*) ;;
+  "")
+    echo "error: \`docker -v\` answers nothing here: install Docker Engine or Docker Desktop" >&2
+    exit 1 ;;
   *)
-    echo "error: \\`docker\\` here is not Docker ($(docker -v 2>&1 | head -n 1)): kind would run the cluster on" \\
-      "Podman, which gpu-tenancy does not support; use Docker Engine or Docker Desktop" >&2
+    echo "error: \`docker\` here is not Docker's CLI ($(docker -v 2>&1 | head -n 1)): kind would take another provider" \
+      "(Podman, nerdctl) than the Docker this program drives; use Docker Engine or Docker Desktop" >&2
     exit 1 ;;
 esac
 """

@@ -37,12 +37,14 @@ def current_cluster(document: Any, context: str | None = None, cluster: str | No
     clusters = _named(document, "clusters", "cluster")
     contexts = _named(document, "contexts", "context")
     current = context or document.get("current-context")
-    if current and current not in contexts:
-        raise ValueError(f"kubeconfig has no context {current!r}")
-    name = cluster or (contexts[current].get("cluster") if current else None)
-    if not isinstance(name, str) or not name:
+    if not current:
         # client-go does not fall back to a lone cluster: it refuses the config as empty.
         raise ValueError("kubeconfig has no current context")
+    if not isinstance(current, str) or current not in contexts:
+        raise ValueError(f"kubeconfig has no context {current!r}")
+    name = cluster or contexts[current].get("cluster")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"kubeconfig context {current!r} names no cluster")
     if name not in clusters:
         raise ValueError(f"kubeconfig has no cluster {name!r}")
     return clusters[name]

@@ -21,8 +21,8 @@ def test_hami_values(dev: harness.Render) -> None:
     values = dev.one(RELEASE, "tenant-b-hami")["inputs"]["values"]
     assert values["devicePlugin"] == {"enabled": False, "service": {"type": "ClusterIP"}}
     # Not the chart's 1.0.1, which exits on the chart's own device config from HAMi 2.9.0 on.
-    # The chart pulls IfNotPresent: workers would each keep the first latest they pulled.
-    assert values["mockDevicePlugin"] == {"enabled": True, "image": {"tag": "latest", "pullPolicy": "Always"}}
+    # The chart's IfNotPresent stays: Always would fail a worker's restart offline (README: pin a digest).
+    assert values["mockDevicePlugin"] == {"enabled": True, "image": {"tag": "latest"}}
     assert values["scheduler"]["kubeScheduler"]["image"] == {
         "registry": "registry.k8s.io",
         "repository": "kube-scheduler",

@@ -213,12 +213,21 @@ def test_kind_refuses_a_remote_engine_and_checks_the_one_the_workers_get(
     assert f"error: the docker engine at {endpoint} is not on this machine" in kind.stderr
 
 
-def test_kind_refuses_podman_behind_the_docker_command(tmp_path: Path) -> None:
-    # podman-docker: kind reads `docker -v` and silently takes its Podman provider, whose `network
-    # inspect` and `info` the program's templates cannot read; rootless Podman slipped past too.
-    result, log = run(kind_cluster._CREATE, tmp_path, exists=False, owner=None, version="podman version 4.3.1")
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [
+        ("podman version 4.3.1", "error: `docker` here is not Docker's CLI (podman version 4.3.1): kind would take another"),
+        ("nerdctl version 2.1.2", "error: `docker` here is not Docker's CLI (nerdctl version 2.1.2): kind would take another"),
+        ("", "error: `docker -v` answers nothing here: install Docker Engine or Docker Desktop"),
+    ],
+)
+def test_kind_refuses_a_docker_command_that_is_not_dockers(tmp_path: Path, version: str, message: str) -> None:
+    # podman-docker: kind reads `docker -v` and silently takes its Podman (or nerdctl) provider,
+    # whose `network inspect` and `info` the program's templates cannot read; rootless Podman
+    # slipped past the rootless check too.
+    result, log = run(kind_cluster._CREATE, tmp_path, exists=False, owner=None, version=version)
     assert result.returncode == 1
-    assert "error: `docker` here is not Docker (podman version 4.3.1): kind would run the cluster on Podman" in result.stderr
+    assert message in result.stderr
     assert not [line for line in log if line.startswith("kind ")]
 
 

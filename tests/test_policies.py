@@ -1330,6 +1330,7 @@ current-context: first
         ({"kubeconfig": TWO_CLUSTERS, "cluster": "three"}, None),
         ({"kubeconfig": TWO_CLUSTERS, "cluster": UNKNOWN}, None),  # a preview cannot tell yet
         ({"kubeconfig": TWO_CLUSTERS.replace("context: {cluster: one}", "context: {cluster: {x: 1}}")}, None),
+        ({"kubeconfig": TWO_CLUSTERS.replace("current-context: first", "current-context: [first]")}, None),
         # client-go refuses a kubeconfig without a current context, even with a single cluster.
         ({"kubeconfig": TWO_CLUSTERS.replace("current-context: first", "").split("- {name: two")[0]}, None),
         ({"kubeconfig": TWO_CLUSTERS.replace("current-context: first", "")}, None),  # client-go would refuse it
