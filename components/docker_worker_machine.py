@@ -33,7 +33,11 @@ def _volumes(mounts: NodeMounts) -> list[docker.ContainerVolumeArgs]:
 
 
 def _devices(mounts: NodeMounts) -> list[docker.ContainerDeviceArgs]:
-    return [docker.ContainerDeviceArgs(host_path="/dev/fuse", container_path="/dev/fuse")] if mounts.fuse else []
+    # Docker's own default permissions, spelt out: the provider reads "rwm" back, and an unset value
+    # then differs after a refresh and replaces the container (kreuzwerker/terraform-provider-docker#603).
+    return (
+        [docker.ContainerDeviceArgs(host_path="/dev/fuse", container_path="/dev/fuse", permissions="rwm")] if mounts.fuse else []
+    )
 
 
 class DockerWorkerMachine(pulumi.ComponentResource):

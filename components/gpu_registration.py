@@ -73,8 +73,11 @@ def unregister_script(node: str) -> str:
     # default scheduler would place a pod that skipped HAMi's webhook on a node with no cards.
     kubectl = "kubectl --kubeconfig /etc/kubernetes/kubelet.conf"
     remove_capacity = shlex.quote(f'[{{"op":"remove","path":"{_CAPACITY_PATH}"}}]')
+    # Stopping the timer does not stop a run it has just started, which would register the cards
+    # again after the removals below: the service is stopped too.
     return (
         "systemctl disable --now gpu-tenancy-register.timer || true; "
+        "systemctl stop gpu-tenancy-register.service || true; "
         "rm -f /etc/systemd/system/gpu-tenancy-register.* /usr/local/bin/gpu-tenancy-register; "
         f"{kubectl} annotate node {shlex.quote(node)} {gpus.REGISTER_ANNOTATION}- || true; "
         f"{kubectl} patch node {shlex.quote(node)} --subresource=status --type=json -p {remove_capacity} || true"

@@ -24,8 +24,9 @@ TOKEN_SECRET_PATTERN: Final = re.compile(r"^[a-z0-9]{16}$")
 BOOTSTRAP_SECRET_TYPE: Final = "bootstrap.kubernetes.io/token"
 
 # Nested kindest/node containers often lack the cpuset cgroup controller, which kubeadm's
-# SystemVerification preflight reports as an error; that is the only check a nested node fails
-# (kubernetes-sigs/kind and clastix/kamaji e2e both skip it). Real hosts keep every check.
+# SystemVerification preflight reports as an error; that is the only check a nested node fails.
+# (kind skips the whole preflight phase of its own joins, skipPhases in pkg/cluster/internal/
+# kubeadm/join.go; Kamaji's e2e ignores SystemVerification and FileExisting.) Real hosts keep every check.
 NESTED_NODE_PREFLIGHT_IGNORES: Final = ("SystemVerification",)
 
 

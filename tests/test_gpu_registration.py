@@ -86,6 +86,8 @@ def test_registration_runs_on_the_node_with_its_own_credentials(dev: harness.Ren
     remove = '--subresource=status --type=json -p \'[{"op":"remove","path":"/status/capacity/nvidia.com~1gpu"}]\''
     inner = shlex.split(command["delete"])[5]  # docker exec <container> sh -c <script> || true
     assert f"patch node tenant-a-worker-0 {remove}" in inner
+    # A run the timer has just started would register the cards again after the removals.
+    assert inner.index("systemctl stop gpu-tenancy-register.service") < inner.index("annotate node")
 
 
 def test_cards_are_registered_after_the_join_and_before_hami(dev: harness.Render) -> None:

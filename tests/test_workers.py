@@ -103,7 +103,8 @@ def test_containers_mount_what_the_engine_needs_as_kind_does(monkeypatch: pytest
     render = render_config(dev_config(), show_secrets=True)
     container = render.one(CONTAINER, "tenant-a-worker-0")["inputs"]
     assert {"hostPath": "/dev/mapper", "containerPath": "/dev/mapper"} in container["volumes"]
-    assert container["devices"] == [{"hostPath": "/dev/fuse", "containerPath": "/dev/fuse"}]
+    # Docker's default permissions, explicit: unset, a refresh reads "rwm" back and replaces the container.
+    assert container["devices"] == [{"hostPath": "/dev/fuse", "containerPath": "/dev/fuse", "permissions": "rwm"}]
     # Rootless, as kind runs its nodes: kubelet in a user namespace, kube-proxy leaving the
     # conntrack TCP timeouts alone (the sysctls are hidden there).
     patches = render.one(TCP, "tenant-a")["inputs"]["spec"]["kubernetes"]["kubelet"]["configurationJSONPatches"]
