@@ -979,26 +979,57 @@ def test_make_policy_prints_only_the_findings(tmp_path: Path) -> None:
     assert all(line.split(" ", 1)[0] in {"advisory", "mandatory"} for line in result.stdout.splitlines())
 
 
+TOOL_RUNS = {
+    "render": ["--stack", "dev"],
+    "policycheck": ["--stack", "dev"],
+    "gpuplan": ["--stack", "dev", "--pods", "examples/pods/fractional.yaml"],
+    "validate": ["--list"],
+    "preflight": ["--stack", "dev"],
+}
+
+
+def run_tool(tool: str, stdout: int) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(PROJECT_DIR / ".venv" / "bin" / "python"), "-m", f"tools.{tool}", *TOOL_RUNS[tool]],
+        cwd=PROJECT_DIR,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
 @needs_venv
-def test_render_into_a_closed_pipe_exits_without_a_traceback() -> None:
-    # `python -m tools.render --stack dev | head -1`: the reader is gone before the render ends.
-    # Here it is gone before the first byte, so the write fails whatever the pipe's size.
+@pytest.mark.parametrize("tool", [tool for tool in TOOL_RUNS if tool != "preflight"])
+def test_a_tool_into_a_closed_pipe_exits_without_a_traceback(tool: str) -> None:
+    # `python -m tools.render --stack dev | head -1`: the reader is gone before the output ends.
+    # Here it is gone before the first byte, so the write fails whatever the pipe's size. Not 1
+    # (policycheck's "a mandatory policy is violated") nor 2 (gpuplan's "malformed input").
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        result = subprocess.run(
-            [str(PROJECT_DIR / ".venv" / "bin" / "python"), "-m", "tools.render", "--stack", "dev"],
-            cwd=PROJECT_DIR,
-            stdout=write_end,
-            stderr=subprocess.PIPE,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        result = run_tool(tool, write_end)
     finally:
         os.close(write_end)
-    assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr
+    assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr and "error:" not in result.stderr
     assert result.returncode == 141
+
+
+@needs_venv
+@pytest.mark.parametrize("tool", list(TOOL_RUNS))
+def test_a_tool_started_with_stdout_closed_says_so(tool: str) -> None:
+    # `python -m tools.render >&-`: Python then has no sys.stdout at all.
+    result = subprocess.run(
+        ["sh", "-c", f'exec "$0" -m tools.{tool} "$@" >&-', str(PROJECT_DIR / ".venv" / "bin" / "python"), *TOOL_RUNS[tool]],
+        cwd=PROJECT_DIR,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == "error: stdout is closed; redirect it to a file or /dev/null instead"
 
 
 @needs_make

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_tenancy import addressing
+from tools import cli
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 # Inside kind's usual 172.18.0.0/16 and large enough for hundreds of tenant VIPs.
@@ -278,4 +279,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run(main))

@@ -82,6 +82,7 @@ from gpu_tenancy.placement import (
     SchedulerConfig,
 )
 from gpu_tenancy.stack_file import is_file, load_stack_config, stack_file
+from tools import cli
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 TENANT_KEY = "gpu-tenancy.io/tenant"
@@ -410,6 +411,8 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        raise  # a reader that stopped early: tools.cli's exit, not malformed input
     except (PlacementInputError, OSError) as error:
         print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
@@ -417,4 +420,4 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run(main))

@@ -45,6 +45,7 @@ from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, UnknownValueError, unknown
 
 from policies.gpu_tenancy_policies import CONFIG_SCHEMAS, PACK_NAME, POLICIES, default_level
 
+from . import cli
 from .harness import SECRET, UNKNOWN
 from .render import add_source_arguments, render_from_arguments
 
@@ -407,4 +408,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run(main))

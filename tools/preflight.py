@@ -23,6 +23,7 @@ from typing import Any
 from gpu_tenancy import versions
 from gpu_tenancy.config import CONFIG_NAMESPACE, ConfigError, config_value
 from gpu_tenancy.stack_file import is_file, read_stack_file, stack_file
+from tools import cli
 
 DOES_NOT_NEED = 3
 # The first Kubernetes release whose kubelet refuses cgroup v1 unless told otherwise.
@@ -107,4 +108,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run(main))

@@ -13,10 +13,11 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from . import cli
 
 if TYPE_CHECKING:
     from .harness import Render
@@ -55,17 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preview", action="store_true", help="render as a preview of a fresh stack: live values unknown")
     args = parser.parse_args(argv)
     result = render_from_arguments(args, show_secrets=args.show_secrets, preview=args.preview)
-    try:
-        json.dump(result.to_json(), sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # A reader that stopped early (`| head`): no traceback. As the docs' "Note on SIGPIPE" says,
-        # stdout goes to devnull so the flush at exit fails no more; 141 is a shell's status for SIGPIPE.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
+    json.dump(result.to_json(), sys.stdout, indent=2)
+    sys.stdout.write("\n")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run(main))

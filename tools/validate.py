@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TextIO
 
 from gpu_tenancy.stack_file import stack_file
+from tools import cli
 from tools.validation import interrupts
 from tools.validation.checks import CATALOGUE, CHECK_IDS
 from tools.validation.context import RUN_LABEL, Clock, Settings, SystemClock, new_run_id
@@ -158,4 +159,4 @@ def _validate(
 if __name__ == "__main__":
     # A cancelled CI job sends SIGINT, then SIGTERM: both stop the checks and let the cleanup run.
     interrupts.install()
-    sys.exit(main())
+    sys.exit(cli.run(main))
