@@ -537,17 +537,43 @@ def admit(
     return Admission(True, mutated_pod)
 
 
+def _is_extended_resource(name: str) -> bool:
+    """``nvidia.com/gpumem`` and the like: a domain outside kubernetes.io (the API server's IsExtendedResourceName)."""
+    domain, slash, _ = name.partition("/")
+    return bool(slash) and not domain.endswith("kubernetes.io") and not name.startswith("requests.")
+
+
 def check_quantities(pod: Pod) -> None:
     """Raise ``PlacementInputError`` naming the pod, container and resource of a limit or request
-    that is not a quantity Kubernetes holds (the API server refuses such a pod before any webhook)."""
+    the API server refuses before any webhook: not a quantity Kubernetes holds, or, for an extended
+    resource (every ``nvidia.com/...``), not an integer, a request without a limit or unequal to it
+    (pkg/apis/core/validation ValidateResourceRequirements: extended resources never overcommit)."""
     for container in pod.all_containers:
+        where = f"pod {pod.namespace}/{pod.name}, container {container.name}"
+        parsed: dict[str, dict[str, Fraction]] = {}
         for kind, resources in (("limits", container.limits), ("requests", container.requests)):
             for name, quantity in resources.items():
                 try:
-                    parse_quantity(quantity)
+                    parsed.setdefault(kind, {})[name] = amount = parse_quantity(quantity)
                 except PlacementInputError as error:
-                    where = f"pod {pod.namespace}/{pod.name}, container {container.name}, {kind} {name}"
-                    raise PlacementInputError(f"{error}; in {where}") from None
+                    raise PlacementInputError(f"{error}; in {where}, {kind} {name}") from None
+                if _is_extended_resource(name) and amount.denominator != 1:
+                    raise PlacementInputError(
+                        f"{kind}[{name}]: Invalid value: {_shown(quantity)}: must be an integer; in {where}"
+                    )
+        limits = parsed.get("limits", {})
+        for name, amount in parsed.get("requests", {}).items():
+            if not _is_extended_resource(name):
+                continue
+            if name not in limits:
+                raise PlacementInputError(
+                    f"limits[{name}]: Required value: Limit must be set for non overcommitable resources; in {where}"
+                )
+            if amount != limits[name]:
+                raise PlacementInputError(
+                    f"requests[{name}]: Invalid value: {_shown(container.requests[name])}: must be equal to {name} limit of "
+                    f"{_shown(container.limits[name])}; in {where}"
+                )
 
 
 def _denied(pod: Pod, reason: str) -> Admission:
@@ -614,6 +640,32 @@ def container_request(container: Container, config: SchedulerConfig = SchedulerC
         if value is not None:
             coresreq = value
     return Request(nums, memreq, percentage, coresreq)
+
+
+def voided_memory(container: Container, config: SchedulerConfig = SchedulerConfig()) -> str | None:
+    """Why HAMi ignores the container's GPU request for its ``nvidia.com/gpumem``, or None.
+
+    ``container_request`` then says the container asks for no card, as HAMi does; this says why,
+    with the MiB the value meant when it is a whole number of them (``20Gi`` is 20480).
+    """
+    memory = _resource(container, GPUMEM)
+    if memory is None or container_request(container, config) is not None or _resource(container, GPU) is None:
+        return None
+    factor = max(config.memory_factor, 1)
+    mib = _as_int64(memory)
+    if mib is not None and mib <= MAX_INT32 // factor:
+        return None
+    meant = ""
+    try:
+        amount = parse_quantity(memory)
+    except PlacementInputError:
+        amount = None
+    if amount is not None and amount.denominator == 1 and amount % 2**20 == 0 and 0 < amount // 2**20 <= MAX_INT32 // factor:
+        meant = f" (for {memory} write {amount // 2**20})"
+    return (
+        f"{GPUMEM} {memory} is not a whole number of MiB below 2^31: HAMi v2.10 ignores the GPU request of "
+        f"container {container.name}{meant}"
+    )
 
 
 def pod_requests(pod: Pod, config: SchedulerConfig = SchedulerConfig()) -> list[Request | None]:
@@ -1137,7 +1189,10 @@ class Cluster:
         requests = pod_requests(pod, self.config)
         if all(request is None for request in requests):
             # scheduler.go Filter: a pod asking for no device gets every node back.
-            return PodResult(pod.name, pod.namespace, STAGE_NO_GPU, devices=tuple(() for _ in requests))
+            voided = [note for container in pod.all_containers if (note := voided_memory(container, self.config))]
+            return PodResult(
+                pod.name, pod.namespace, STAGE_NO_GPU, devices=tuple(() for _ in requests), message="; ".join(voided)
+            )
         try:
             weights = scoring_weights(pod)
         except ScoringWeightsError as error:

@@ -150,6 +150,17 @@ def test_an_init_container_fits_the_quota_with_the_earlier_ones_collapsed():
     assert p2["scheduled"], p2["message"]
 
 
+def test_a_gpumem_hami_ignores_is_named_not_silently_dropped():
+    # HAMi v2.10 reads nvidia.com/gpumem as MiB in an int32: 20Gi voids the container's whole request.
+    pod = {"name": "gi", "containers": [{"name": "c", "limits": {"nvidia.com/gpumem": "20Gi", "nvidia.com/gpu": 1}}]}
+    (result,) = plan_json({"nodes": [{"name": "w0", "devices": [a100()]}], "pods": [pod]})["pods"]
+    assert result["stage"] == "no-gpu"
+    assert result["message"] == (
+        "nvidia.com/gpumem 20Gi is not a whole number of MiB below 2^31: HAMi v2.10 ignores the GPU request of "
+        "container c (for 20Gi write 20480)"
+    )
+
+
 def test_json_pod_without_gpu_and_invalid_weights():
     document = {
         "nodes": [{"name": "w0", "devices": [a100()]}],

@@ -179,6 +179,31 @@ def test_quantities():
         parse_quantity("lots")
 
 
+@pytest.mark.parametrize(
+    ("limits", "requests", "message"),
+    [
+        ({}, {GPUMEM: 20000}, "limits[nvidia.com/gpumem]: Required value: Limit must be set for non overcommitable resources"),
+        ({GPU: "1.5"}, {}, "limits[nvidia.com/gpu]: Invalid value: '1.5': must be an integer"),
+        ({GPU: "500m"}, {}, "limits[nvidia.com/gpu]: Invalid value: '500m': must be an integer"),
+        ({GPU: 1}, {GPU: 2}, "requests[nvidia.com/gpu]: Invalid value: 2: must be equal to nvidia.com/gpu limit of 1"),
+    ],
+)
+def test_the_api_server_refuses_extended_resources_that_overcommit_or_are_fractional(
+    limits: dict, requests: dict, message: str
+) -> None:
+    # pkg/apis/core/validation ValidateResourceRequirements: an extended resource is an integer, and
+    # its request, if any, equals its limit. Such a pod never reaches HAMi's webhook.
+    pod = Pod("p", containers=(Container("c", limits=limits, requests=requests),))
+    with pytest.raises(PlacementInputError) as refused:
+        admit(pod, {})
+    assert str(refused.value) == f"{message}; in pod default/p, container c"
+
+
+def test_equal_requests_and_cpu_fractions_are_fine() -> None:
+    pod = Pod("p", containers=(Container("c", limits={GPU: 1, "cpu": "500m"}, requests={GPU: "1", "cpu": "250m"}),))
+    assert admit(pod, {}).allowed
+
+
 def test_webhook_adds_one_gpu_when_only_memory_or_cores_are_given():
     mutated, found = mutate_container(ctr(mem=20000))
     assert found is True

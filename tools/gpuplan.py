@@ -337,7 +337,8 @@ CARD_HEADER = ("TENANT", "NODE", "CARD", "TYPE", "MEMORY(MiB)", "CORES(%)", "TAS
 def pod_rows(tenant: str, pod: Pod, result: PodResult) -> list[tuple[str, ...]]:
     """One row per card the pod was given, or one row with why it was not."""
     if result.stage == STAGE_NO_GPU:
-        return [(pod.name, tenant, "-", "-", "-", "-", "-", "no NVIDIA request: kube-scheduler places it")]
+        why = f" ({result.message})" if result.message else ""
+        return [(pod.name, tenant, "-", "-", "-", "-", "-", f"no NVIDIA request{why}: kube-scheduler places it")]
     if not result.scheduled:
         return [(pod.name, tenant, "-", "-", "-", "-", "-", result.message)]
     names = [container.name for container in pod.all_containers]
