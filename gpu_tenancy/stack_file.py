@@ -212,6 +212,17 @@ def is_file(path: Path) -> bool:
         return False
 
 
+def missing_file(path: Path, what: str) -> str | None:
+    """Why ``path`` cannot be read as ``what`` (a directory, or nothing there), or None when it is a file."""
+    if is_file(path):
+        return None
+    try:
+        directory = path.is_dir()
+    except OSError:
+        directory = False
+    return f"{what} {path} is a directory, not a file" if directory else f"no such {what}: {path}"
+
+
 def load_stack_config(path: Path) -> StackConfig:
     """The validated ``gpu-tenancy`` config of a stack file (raises ``ConfigError``), read as the program reads it."""
     values, _ = read_stack_file(path)

@@ -373,6 +373,11 @@ def test_missing_files_exit_2(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("error: no such stack config file: ")
     assert run_main(["--stack", "dev", "--pods", str(tmp_path / "none.yaml")])[0] == 2
     assert capsys.readouterr().err.startswith("error: no such pods file: ")
+    # A directory is named as one, not as missing.
+    assert run_main(["--stack", "dev", "--pods", str(tmp_path)])[0] == 2
+    assert capsys.readouterr().err == f"error: pods file {tmp_path} is a directory, not a file\n"
+    assert run_main(["--config", str(tmp_path), "--pods", str(FRACTIONAL)])[0] == 2
+    assert capsys.readouterr().err == f"error: stack config file {tmp_path} is a directory, not a file\n"
 
 
 @pytest.mark.parametrize("argv", [["--stack", "dev"], [], ["--json", "--pods", "x.yaml"], ["--json", "--stack", "dev"]])

@@ -2203,3 +2203,10 @@ def test_an_events_time_is_its_latest_occurrence_in_either_events_api():
         last_timestamp=at(5),
     )
     assert kube._event_view(repeated).timestamp > kube._event_view(once).timestamp
+
+
+@pytest.mark.parametrize(("document", "kind"), [([], "an array"), ("x", "a string"), (3, "a number"), (None, "null")])
+def test_outputs_that_are_not_an_object_are_named_as_such(document: object, kind: str) -> None:
+    with pytest.raises(outputs.StackUnavailable) as refused:
+        outputs.parse_outputs(document, "o.json")
+    assert str(refused.value) == f"expected a JSON object of stack outputs (o.json), not {kind}"

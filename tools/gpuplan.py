@@ -81,7 +81,7 @@ from gpu_tenancy.placement import (
     PodResult,
     SchedulerConfig,
 )
-from gpu_tenancy.stack_file import is_file, load_stack_config, stack_file
+from gpu_tenancy.stack_file import load_stack_config, missing_file, stack_file
 from tools import cli
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -367,10 +367,9 @@ def card_rows(tenant: str, cluster: Cluster) -> list[tuple[str, ...]]:
 
 
 def run_stack(path: Path, pods_file: Path, forced: str | None, with_quota: bool, stdout: TextIO) -> None:
-    if not is_file(path):
-        raise PlacementInputError(f"no such stack config file: {path}")
-    if not is_file(pods_file):
-        raise PlacementInputError(f"no such pods file: {pods_file}")
+    for file, what in ((path, "stack config file"), (pods_file, "pods file")):
+        if problem := missing_file(file, what):
+            raise PlacementInputError(problem)
     config = load_stack_config(path)
     if not config.tenants:
         raise PlacementInputError(f"{path} declares no tenants (gpu-tenancy:tenants): there is nothing to plan pods in")

@@ -34,13 +34,13 @@ def render_from_arguments(args: argparse.Namespace, **kwargs: object) -> Render:
     # A short-lived process never needs the objects the SDKs allocate at import collected; the
     # collector walking them costs a tenth of a render, so it is off before they are imported.
     gc.disable()
-    from gpu_tenancy.stack_file import is_file  # noqa: PLC0415 - after gc.disable()
+    from gpu_tenancy.stack_file import missing_file  # noqa: PLC0415 - after gc.disable()
 
     from .harness import RenderError, render_file, stack_file  # noqa: PLC0415 - after gc.disable()
 
     path = args.config if args.config is not None else stack_file(args.stack or "dev")
-    if not is_file(path):
-        print(f"error: no such stack config file: {path}", file=sys.stderr)
+    if problem := missing_file(path, "stack config file"):
+        print(f"error: {problem}", file=sys.stderr)
         raise SystemExit(2)
     try:
         return render_file(path, **kwargs)

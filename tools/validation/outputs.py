@@ -179,7 +179,10 @@ def _tenant(name: str, raw: object, source: str) -> TenantOutputs:
 
 def parse_outputs(document: object, source: str) -> StackOutputs:
     """Validate the outputs document; ``source`` names where it came from, for the message."""
-    if not isinstance(document, dict) or not document:
+    if not isinstance(document, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(document), "a number")
+        raise StackUnavailable(f"expected a JSON object of stack outputs ({source}), not {kind}")
+    if not document:
         raise StackUnavailable(f"the stack has no outputs ({source}): deploy it first with `make up`")
     management = _text(document, "managementKubeconfig", "outputs", source)
     tenants = document.get("tenants")
