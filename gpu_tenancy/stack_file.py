@@ -14,10 +14,9 @@ from yaml.constructor import ConstructorError
 from .config import CONFIG_NAMESPACE, ConfigError, StackConfig, config_value, misspelt_namespaces
 
 
-class _StackFileLoader(yaml.SafeLoader):
-    """YAML as the Pulumi CLI reads a stack file (Go's yaml.v3): only true and false are booleans
-    (``name: on`` or ``namespace: no`` stay strings, where YAML 1.1 would make them booleans) and a
-    key given twice is an error rather than the last one silently winning."""
+class UniqueKeyLoader(yaml.SafeLoader):
+    """Safe YAML in which a key given twice is an error rather than the last one silently winning,
+    as Go's yaml.v3 (the Pulumi CLI) and kubectl's strict decoding refuse it."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen = []
@@ -29,6 +28,12 @@ class _StackFileLoader(yaml.SafeLoader):
                 raise ConstructorError(None, None, f"found the key {key!r} twice", key_node.start_mark)
             seen.append(key)
         return super().construct_mapping(node, deep)
+
+
+class _StackFileLoader(UniqueKeyLoader):
+    """YAML as the Pulumi CLI reads a stack file (Go's yaml.v3): only true and false are booleans
+    (``name: on`` or ``namespace: no`` stay strings, where YAML 1.1 would make them booleans) and a
+    key given twice is an error."""
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         limit = sys.get_int_max_str_digits()

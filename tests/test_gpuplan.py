@@ -436,3 +436,12 @@ def test_json_pods_carry_labels_scheduler_and_node():
     assert (pods[0].labels, pods[0].scheduler_name, pods[0].node_name) == ({"hami.io/webhook": "ignore"}, "volcano", "n1")
     with pytest.raises(gpuplan.PlacementInputError, match=r"pods\[0\]\.schedulerName: a string is required"):
         gpuplan.cluster_from_json({"pods": [{"name": "p", "schedulerName": 3}]})
+
+
+def test_a_key_given_twice_in_a_pod_manifest_is_refused(tmp_path, capsys):
+    # kubectl's strict decoding refuses it; planning the last value would plan another pod.
+    pods = tmp_path / "pods.yaml"
+    pods.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p, name: q}\nspec:\n  containers: [{name: c}]\n")
+    assert run_main(["--stack", "dev", "--pods", str(pods)])[0] == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {pods}: not valid YAML: ") and "found the key 'name' twice" in err

@@ -81,7 +81,7 @@ from gpu_tenancy.placement import (
     PodResult,
     SchedulerConfig,
 )
-from gpu_tenancy.stack_file import load_stack_config, missing_file, stack_file
+from gpu_tenancy.stack_file import UniqueKeyLoader, load_stack_config, missing_file, stack_file
 from tools import cli
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -299,7 +299,8 @@ def manifest_pod(document: object, where: str) -> tuple[Pod, str | None]:
 
 def read_manifests(path: Path) -> list[tuple[Pod, str | None]]:
     try:
-        documents = [doc for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc is not None]
+        text = path.read_text(encoding="utf-8")
+        documents = [doc for doc in yaml.load_all(text, Loader=UniqueKeyLoader) if doc is not None]
     except UnicodeDecodeError as error:  # kubectl reads manifests as UTF-8 whatever the locale
         raise PlacementInputError(f"{path}: not UTF-8 text: byte {error.start} cannot be decoded") from None
     # ValueError: a value its tag cannot hold, or an integer of more digits than Python converts.
