@@ -16,7 +16,6 @@ import sys
 import tarfile
 import tomllib
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -1087,23 +1086,3 @@ def test_pytest_reports_why_tests_skip() -> None:
     # CI's fresh clone has no ../shared/schemas: the fidelity tests skip, and the summary says why.
     addopts = tomllib.loads((PROJECT_DIR / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
     assert "-rs" in addopts.split()
-
-
-@pytest.mark.parametrize(
-    ("tenants", "uses"),
-    [
-        ([{"name": "a", "workers": [{"name": "w", "ssh": {"host": "h"}}]}], False),
-        ([{"name": "a", "workers": [{"name": "w", "ssh": "<secure value v1:abc…>"}]}], False),  # ssh encrypted whole
-        ([{"name": "a"}], False),
-        ([{"name": "a", "workers": [{"name": "w"}]}], True),
-        # Encrypted as a whole: unknown, so counted as docker workers (as an unknown management is kind).
-        ("<secure value v1:abc…>", True),
-        (["<secure value v1:abc…>"], True),
-        ([{"name": "a", "workers": "<secure value v1:abc…>"}], True),
-        ([{"name": "a", "workers": ["<secure value v1:abc…>"]}], True),
-    ],
-)
-def test_preflight_counts_what_it_cannot_read_as_docker_workers(tenants: Any, uses: bool) -> None:
-    values = {"gpu-tenancy:management": {"mode": "existing"}, "gpu-tenancy:tenants": tenants}
-    assert preflight.uses_docker(values) is uses
-    assert preflight.needs_cgroup_v2(values) is uses

@@ -42,25 +42,14 @@ def uses_kind(values: dict[str, Any]) -> bool:
 
 
 def _tenants_with_docker_workers(values: dict[str, Any]) -> list[dict[str, Any]]:
-    """Tenants that may run a worker in Docker. What is encrypted as a whole (tenants, a tenant, its
-    workers or one worker) reads as text: unknown, so it counts as a docker worker (of the default
-    version), as an unknown management counts as kind."""
     tenants = _value(values, "tenants")
-    if tenants is None:
-        return []
-    if not isinstance(tenants, list):
-        return [{}]
-    found = []
-    for tenant in tenants:
-        if not isinstance(tenant, dict):
-            found.append({})
-            continue
-        workers = tenant.get("workers")
-        if workers is not None and (
-            not isinstance(workers, list) or any(not isinstance(w, dict) or w.get("ssh") is None for w in workers)
-        ):
-            found.append(tenant)
-    return found
+    return [
+        tenant
+        for tenant in (tenants if isinstance(tenants, list) else [])
+        if isinstance(tenant, dict)
+        and isinstance(tenant.get("workers"), list)
+        and any(isinstance(worker, dict) and worker.get("ssh") is None for worker in tenant["workers"])
+    ]
 
 
 def uses_docker(values: dict[str, Any]) -> bool:
