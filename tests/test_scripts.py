@@ -1086,3 +1086,24 @@ def test_pytest_reports_why_tests_skip() -> None:
     # CI's fresh clone has no ../shared/schemas: the fidelity tests skip, and the summary says why.
     addopts = tomllib.loads((PROJECT_DIR / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
     assert "-rs" in addopts.split()
+
+
+@pytest.mark.parametrize(
+    "tenants",
+    [
+        "{secure: v1:b}",
+        "[{secure: v1:b}]",
+        "[{name: a, workers: {secure: v1:b}}]",
+        "[{name: a, workers: [{secure: v1:b}]}]",
+    ],
+)
+def test_preflight_says_it_cannot_read_encrypted_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tenants: str
+) -> None:
+    # No reason to ask an SSH-only stack for Docker, but no claim that nothing runs there either.
+    management = "{mode: existing, kubeconfig: {secure: v1:a}}"
+    stack_yaml = f"config:\n  gpu-tenancy:management: {management}\n  gpu-tenancy:tenants: {tenants}\n"
+    assert preflight_of(tmp_path, monkeypatch, stack_yaml) == preflight.DOES_NOT_NEED
+    err = capsys.readouterr().err
+    assert "workers encrypted as a whole cannot be read here, so whether any runs in Docker is unknown" in err
+    assert "nothing runs on this host's Docker" not in err

@@ -52,6 +52,22 @@ def _tenants_with_docker_workers(values: dict[str, Any]) -> list[dict[str, Any]]
     ]
 
 
+def _unreadable_workers(values: dict[str, Any]) -> bool:
+    """Whether tenants, a tenant, its workers or a worker is encrypted as a whole (reads as text here)."""
+    tenants = _value(values, "tenants")
+    if tenants is None:
+        return False
+    if not isinstance(tenants, list):
+        return True
+    for tenant in tenants:
+        if not isinstance(tenant, dict):
+            return True
+        workers = tenant.get("workers")
+        if workers is not None and (not isinstance(workers, list) or not all(isinstance(w, dict) for w in workers)):
+            return True
+    return False
+
+
 def uses_docker(values: dict[str, Any]) -> bool:
     """A kind cluster or a worker without ``ssh``, in a stack file's raw values."""
     return uses_kind(values) or bool(_tenants_with_docker_workers(values))
@@ -103,6 +119,14 @@ def main(argv: list[str] | None = None) -> int:
     uses, note = NOTES[args.needs]
     if uses(values):
         return 0
+    if args.needs != "kind" and _unreadable_workers(values):
+        # Encrypted workers are no reason to ask an SSH-only stack for Docker, but the note must not
+        # claim what it cannot read.
+        note = (
+            "workers encrypted as a whole cannot be read here, so whether any runs in Docker is unknown: no Docker, "
+            "cgroup or inotify checks; if one does, `pulumi up` fails when Docker does not answer (encrypt only the "
+            "secret fields, with --path, to let these checks run)"
+        )
     print(f"{path.name}: {note}", file=sys.stderr)
     return DOES_NOT_NEED
 
