@@ -369,14 +369,16 @@ def stack_file_with_salt(tmp_path: Path) -> Path:
     return stack_file
 
 
-def test_a_salt_made_for_another_passphrase_is_dropped_before_the_stack_is_created(tmp_path: Path) -> None:
+# Pulumi names a stack's file after the last part of a qualified name: org/gpu-tenancy/dev uses Pulumi.dev.yaml.
+@pytest.mark.parametrize("stack", ["dev", "org/gpu-tenancy/dev"])
+def test_a_salt_made_for_another_passphrase_is_dropped_before_the_stack_is_created(tmp_path: Path, stack: str) -> None:
     # A fresh clone of a repository where someone committed their salt: `stack init` would check the
     # newly generated passphrase against it and fail with "incorrect passphrase".
     stack_file = stack_file_with_salt(tmp_path)
     bin_dir = fake_pulumi(tmp_path, logged_in=False, stacks=[])
-    result = run_env(tmp_path, bin_dir, "dev", "pulumi", "up")
+    result = run_env(tmp_path, bin_dir, stack, "pulumi", "up")
     assert result.returncode == 0, result.stderr
-    assert "dropping an encryptionsalt" in result.stderr
+    assert "Pulumi.dev.yaml: dropping an encryptionsalt" in result.stderr
     assert stack_file.read_text() == "config:\n  gpu-tenancy:tenants: []\n"
 
 
@@ -405,16 +407,6 @@ def test_a_stack_another_checkout_made_gets_no_new_passphrase(tmp_path: Path, ur
     assert "set the passphrase stack 'dev' was created with" in result.stderr
     log = (tmp_path / "pulumi.log").read_text().splitlines()
     assert "stack init" not in "\n".join(log) and log[-1].startswith("up ") and "passfile= " in log[-1] + " "
-
-
-def test_a_qualified_stack_name_drops_the_salt_of_its_file(tmp_path: Path) -> None:
-    # Pulumi names the file after the last part: org/gpu-tenancy/dev uses Pulumi.dev.yaml.
-    stack_file = stack_file_with_salt(tmp_path)
-    bin_dir = fake_pulumi(tmp_path, logged_in=False, stacks=[])
-    result = run_env(tmp_path, bin_dir, "org/gpu-tenancy/dev", "pulumi", "up")
-    assert result.returncode == 0, result.stderr
-    assert "Pulumi.dev.yaml: dropping an encryptionsalt" in result.stderr
-    assert stack_file.read_text() == "config:\n  gpu-tenancy:tenants: []\n"
 
 
 @pytest.mark.parametrize(

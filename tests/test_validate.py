@@ -1609,15 +1609,25 @@ def test_the_client_gets_that_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
     assert live._apis.core.api_client.configuration.proxy == "http://tls.invalid:3128"
 
 
-def test_a_clusters_proxy_url_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    # kubectl sends a cluster with proxy-url through that proxy, whatever HTTPS_PROXY and NO_PROXY say.
-    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HTTPS_PROXY", "http://env.invalid:3128")
-    monkeypatch.setenv("NO_PROXY", "10.0.0.0/8")
+def exec_proxy(configuration: Any, host: str) -> tuple[Any, ...]:
+    """(proxy host, port, auth) exec's websocket takes to ``host`` with the client's ``configuration``."""
     from kubernetes.stream.ws_client import websocket_proxycare  # noqa: PLC0415
     from websocket._url import get_proxy_info  # noqa: PLC0415
 
+    options = websocket_proxycare({}, configuration, f"wss://{host}:6443", None)
+    return get_proxy_info(
+        host,
+        True,
+        proxy_host=options.get("http_proxy_host"),
+        proxy_port=options.get("http_proxy_port"),
+        no_proxy=options.get("http_no_proxy"),
+    )
+
+
+def test_a_clusters_proxy_url_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # kubectl sends a cluster with proxy-url through that proxy, whatever HTTPS_PROXY and NO_PROXY say.
+    behind_a_proxy(monkeypatch)
+    monkeypatch.setenv("NO_PROXY", "10.0.0.0/8")
     config = kubeconfig_for("https://10.1.2.3:6443")
     config["clusters"][0]["cluster"]["proxy-url"] = "http://bastion.invalid"
     live = kube.connect(yaml.safe_dump(config))
@@ -1625,15 +1635,7 @@ def test_a_clusters_proxy_url_wins_over_the_environment(monkeypatch: pytest.Monk
     configuration = live._apis.core.api_client.configuration
     assert configuration.proxy == "http://bastion.invalid:80"  # Go's default port for an http proxy
     # exec's websocket too, which would read NO_PROXY from the environment itself.
-    options = websocket_proxycare({}, configuration, "wss://10.1.2.3:6443", None)
-    proxy = get_proxy_info(
-        "10.1.2.3",
-        True,
-        proxy_host=options.get("http_proxy_host"),
-        proxy_port=options.get("http_proxy_port"),
-        no_proxy=options.get("http_no_proxy"),
-    )
-    assert proxy[:2] == ("bastion.invalid", 80)
+    assert exec_proxy(configuration, "10.1.2.3")[:2] == ("bastion.invalid", 80)
     config["clusters"][0]["cluster"]["proxy-url"] = "socks5://bastion.invalid:1080"
     with pytest.raises(kube.KubeError, match=r"proxy-url socks5:// proxies are not supported here"):
         kube.connect(yaml.safe_dump(config))
@@ -1681,23 +1683,11 @@ def test_no_proxy_is_read_as_kubectl_reads_it():
 
 
 def test_api_calls_and_exec_bypass_the_proxy_for_the_no_proxy_entries(monkeypatch):
-    from kubernetes.stream.ws_client import websocket_proxycare  # noqa: PLC0415
-    from websocket._url import get_proxy_info  # noqa: PLC0415
-
     behind_a_proxy(monkeypatch)
     monkeypatch.setenv("NO_PROXY", "localhost, 172.18.0.0/16")
     live = kube.connect(yaml.safe_dump(kubeconfig_for("https://172.18.255.200:6443")))
     assert type(live._apis.core.api_client.rest_client.pool_manager) is urllib3.PoolManager
-    configuration = live._apis.core.api_client.configuration
-    options = websocket_proxycare({}, configuration, "wss://172.18.255.200:6443", None)
-    proxy = get_proxy_info(
-        "172.18.255.200",
-        True,
-        proxy_host=options.get("http_proxy_host"),
-        proxy_port=options.get("http_proxy_port"),
-        no_proxy=options.get("http_no_proxy"),
-    )
-    assert proxy[0] is None
+    assert exec_proxy(live._apis.core.api_client.configuration, "172.18.255.200")[0] is None
 
 
 def test_a_loopback_api_is_never_proxied(monkeypatch):
