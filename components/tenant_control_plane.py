@@ -27,8 +27,11 @@ def ready_when(kubernetes_version: str, data_store: str) -> str:
     (clastix/kamaji:e2e/utils_test.go). After a version bump that status is still Ready from the
     old version when the update returns, and Kamaji writes the running version only once the
     upgrade is done, so the version is part of the wait: the workers of the new version join
-    only then. The kube-proxy and Konnectivity addons must exist too: the tenant's network
-    patches kube-proxy and the HAMi webhook is reached only through Konnectivity.
+    only then. The kube-proxy addon must exist too, since the tenant's network patches it; so must
+    Konnectivity's server, through which alone the API server reaches the HAMi webhook. Kamaji sets
+    ``konnectivity.enabled`` when it adds the server to the control plane, not when the agents run
+    in the tenant (clastix/kamaji internal/resources/konnectivity): they need the workers and Calico,
+    which come later in the same ``up``; ``make validate`` checks them.
 
     The DataStore is part of it for the same reason: after a change of ``spec.dataStore`` the
     status is still Ready, while Kamaji copies the tenant's data from the old store to the new one
