@@ -68,8 +68,8 @@ class JoinPermissions(pulumi.ComponentResource):
 class WorkerJoin(pulumi.ComponentResource):
     """A bootstrap token Secret in the tenant, then ``kubeadm join`` run on the machine.
 
-    The token lives in state (pulumi-random) and changes only with the machine or the endpoint,
-    so the join re-runs only when one of them changes.
+    The token lives in state (pulumi-random) and changes only with the machine, the endpoint or
+    the tenant's CA, so the join re-runs only when one of them changes.
     """
 
     join: pulumi.Resource
@@ -91,8 +91,10 @@ class WorkerJoin(pulumi.ComponentResource):
         super().__init__("gpu-tenancy:worker:WorkerJoin", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         # A token outlives its use by at most TOKEN_TTL_HOURS, after which Kamaji's tokencleaner
-        # deletes it; any re-join (a new machine or a new endpoint) therefore gets a fresh one.
-        keepers = {"machine": machine.machine_id, "endpoint": endpoint}
+        # deletes it; any re-join therefore gets a fresh one. The join re-runs for a new machine, a
+        # new endpoint, or a new CA at the same endpoint (a control plane made anew behind a pinned
+        # VIP, whose token Secret is then created again with the old, long-past expiry).
+        keepers = {"machine": machine.machine_id, "endpoint": endpoint, "ca": ca_cert_hash}
         token_id = random.RandomString(f"{name}-token-id", length=6, special=False, upper=False, keepers=keepers, opts=child)
         token_secret = random.RandomString(
             f"{name}-token-secret",
@@ -102,8 +104,8 @@ class WorkerJoin(pulumi.ComponentResource):
             keepers=keepers,
             opts=pulumi.ResourceOptions(parent=self, additional_secret_outputs=["result"]),
         )
-        # A new token id (the machine, the endpoint, or `--replace` of the id when a join comes too
-        # late for the old token) gets a new expiry too.
+        # A new token id (the machine, the endpoint, the CA, or `--replace` of the id when a join
+        # comes too late for the old token) gets a new expiry too.
         expiry = time.Offset(
             f"{name}-token-expiry", offset_hours=TOKEN_TTL_HOURS, triggers={**keepers, "token": token_id.result}, opts=child
         )

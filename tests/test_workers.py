@@ -11,7 +11,7 @@ import subprocess
 import pytest
 import yaml
 
-from gpu_tenancy import kubeadm, kubeconfig, versions
+from gpu_tenancy import conventions, kubeadm, kubeconfig, versions
 from gpu_tenancy.docker_host import ENGINE_SCRIPT
 from tests.conftest import COMMAND, CONTAINER, K8S_PROVIDER, SECRET, TCP, dev_config, render_config
 from tests.shell import assert_valid_machine_script
@@ -207,10 +207,14 @@ def token_id_value(render: harness.Render) -> str:
     return token_secret(render, "tenant-a-worker-0")["inputs"]["metadata"]["name"].removeprefix("bootstrap-token-")
 
 
-def test_token_lives_in_state_and_changes_only_with_the_machine_or_endpoint(dev: harness.Render) -> None:
-    # A re-join more than a day later (a new endpoint) must not present a token the tokencleaner removed.
+def test_token_lives_in_state_and_changes_only_with_the_machine_endpoint_or_ca(dev: harness.Render) -> None:
+    # A re-join more than a day later (a new endpoint, or a new CA behind the same one) must not
+    # present a token the tokencleaner removed.
     container = dev.one(CONTAINER, "tenant-a-worker-0")
-    keepers = {"machine": "tenant-a-worker-0-id", "endpoint": "172.18.255.230:6443"}
+    join = dev.one(COMMAND, "tenant-a-worker-0-join")
+    ca_cert_hash = join["inputs"]["environment"][conventions.ENV_JOIN_CA_CERT_HASH]
+    assert ca_cert_hash.startswith("sha256:")
+    keepers = {"machine": "tenant-a-worker-0-id", "endpoint": "172.18.255.230:6443", "ca": ca_cert_hash}
     for name in ("tenant-a-worker-0-token-id", "tenant-a-worker-0-token-secret"):
         token = dev.one("random:index/randomString:RandomString", name)
         assert token["inputs"]["special"] is False and token["inputs"]["upper"] is False
