@@ -68,8 +68,13 @@ JOIN_RETRY_SECONDS: Final = 20
 # What a machine is joined as: its endpoint, the CA it trusts there and its node name, written by
 # the join that made it so.
 JOIN_RECORD: Final = f"{MACHINE_STATE_DIR}/joined"
-# Undoing a join; the record goes with it, once the reset has succeeded (a failed one fails the delete).
-LEAVE_SCRIPT: Final = f"kubeadm reset --force && rm -f {JOIN_RECORD}"
+# Undoing a join. kubeadm reset leaves the pod network's configuration ("The reset process does not
+# clean CNI configuration", kubernetes/kubernetes cmd/kubeadm/app/cmd/reset.go), with which a
+# machine joining another tenant would report Ready and wire pods into the old tenant's network
+# until the new one's Calico rewrites it.
+RESET_SCRIPT: Final = "kubeadm reset --force && rm -rf /etc/cni/net.d /var/lib/cni"
+# The record goes with the join, once the reset has succeeded (a failed one fails the delete).
+LEAVE_SCRIPT: Final = f"{RESET_SCRIPT} && rm -f {JOIN_RECORD}"
 # A machine that has just started (a new worker container) may still be starting containerd.
 RUNTIME_WAIT_SECONDS: Final = 120
 # A restarted kubelet reports its version on the Node within seconds of starting.
@@ -198,7 +203,7 @@ EOF
 attempt=1
 while :; do
   for leftover in /etc/kubernetes/kubelet.conf /etc/kubernetes/bootstrap-kubelet.conf /etc/kubernetes/pki/ca.crt; do
-    if [ -e "$leftover" ]; then kubeadm reset --force; break; fi
+    if [ -e "$leftover" ]; then {RESET_SCRIPT}; break; fi
   done
   if kubeadm join --config "$config"{ignore}; then
     record

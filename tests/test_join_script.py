@@ -100,7 +100,7 @@ esac""",
 esac""",
     )
     script = kubeadm.join_script(node, version, ("SystemVerification",), LABELS if labels is None else labels)
-    script = script.replace("/etc/", f"{etc}/")
+    script = script.replace("/etc/", f"{etc}/").replace("/var/", f"{tmp_path}/var/")
     log = tmp_path / "log"
     scratch = tmp_path / "tmp"
     scratch.mkdir(exist_ok=True)
@@ -272,14 +272,22 @@ def test_only_a_machine_joined_to_this_endpoint_counts_as_joined(tmp_path: Path,
     code, _, etc = run_join(tmp_path, endpoint=earlier)
     assert code == 0
     assert (etc / "kubernetes" / "kubelet.conf").read_text() == f"    server: https://{earlier}\n"
+    # What the earlier tenant's Calico installed on the machine.
+    cni_config, cni_state = etc / "cni" / "net.d", tmp_path / "var" / "lib" / "cni"
+    for directory in (cni_config, cni_state):
+        directory.mkdir(parents=True)
+        (directory / "calico").write_text("the earlier tenant's\n")
     (tmp_path / "log").unlink()
     code, calls, _ = run_join(tmp_path)
     assert code == 0
     if rejoins:
-        # A kubelet.conf for another endpoint is a join to undo: reset, then join this tenant.
+        # A kubelet.conf for another endpoint is a join to undo: reset, then join this tenant,
+        # without the earlier tenant's pod network (kubeadm reset leaves it).
         assert calls == ["kubeadm reset", "kubeadm join", LABEL]
         assert (tmp_path / "state" / "joins").read_text().strip() == "2"
+        assert not cni_config.exists() and not cni_state.exists()
     else:
+        assert (cni_config / "calico").exists() and (cni_state / "calico").exists()
         assert not [call for call in calls if call.startswith("kubeadm")]
         assert "kubectl --kubeconfig" in calls  # the labels, applied again
         assert (tmp_path / "state" / "joins").read_text().strip() == "1"

@@ -452,9 +452,13 @@ def test_a_deleted_worker_leaves_a_host_that_now_belongs_to_another_alone(
     # Pulumi deletes what left the program after creating what came in: a renamed worker's old
     # join and preparation would otherwise reset and purge the host its new name has just joined.
     render = render_config(ssh_stack("v1.36.4"), stack="dev")
+    cni_config = tmp_path / "etc" / "cni" / "net.d"
+    cni_config.mkdir(parents=True)
     result, log = run_delete(tmp_path, render.one(REMOTE, command)["inputs"]["delete"], owner_on_host)
     assert result.returncode == 0, result.stderr
     assert ("kubeadm reset --force" in log) == runs
+    # kubeadm reset leaves the pod network's configuration; leaving a tenant removes it too.
+    assert cni_config.exists() != runs
     if not runs:
         assert log == ""
         assert f"this host is now {owner_on_host}, no longer {OWNER}: left as it is" in result.stderr

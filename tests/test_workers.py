@@ -338,7 +338,8 @@ def test_a_leaving_worker_resets_kubeadm_and_gets_no_right_to_delete_nodes(dev: 
     # machine never holds admin credentials, so its Node stays, NotReady.
     join = dev.one(COMMAND, "tenant-a-worker-0-join")
     assert join["inputs"]["delete"] == (
-        "docker exec tenant-a-worker-0 sh -c 'kubeadm reset --force && rm -f /etc/gpu-tenancy/joined' || true"
+        "docker exec tenant-a-worker-0 sh -c "
+        "'kubeadm reset --force && rm -rf /etc/cni/net.d /var/lib/cni && rm -f /etc/gpu-tenancy/joined' || true"
     )
     assert dev.find("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole") == []
     assert "NodeRestriction" in dev.one(TCP, "tenant-a")["inputs"]["spec"]["kubernetes"]["admissionControllers"]
