@@ -215,8 +215,10 @@ class SshWorkerMachine(pulumi.ComponentResource):
         ssh: SshTarget,
         kubernetes_version: str,
         gpu_mode: str,
+        after: list[pulumi.Resource],
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        """``after``: what the preparation waits for, on creation and whenever it runs again."""
         super().__init__("gpu-tenancy:worker:SshWorkerMachine", name, None, opts)
         self.hostname = name
         # As the kind cluster's owner: a RandomUuid in this stack's state tells its hosts from
@@ -248,7 +250,7 @@ class SshWorkerMachine(pulumi.ComponentResource):
             delete=_CLEAN_UP,
             # A new version or GPU mode re-runs the preparation in place (its stdin changes).
             triggers=[ssh.host],
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=after),
         )
         self.machine_id = prepare.id
         self.register_outputs({"machineId": self.machine_id})

@@ -154,14 +154,17 @@ class Tenant(pulumi.ComponentResource):
 
     def _machine(self, tenant: TenantConfig, worker: WorkerConfig, docker_host: DockerHost | None) -> WorkerMachine:
         child = pulumi.ResourceOptions(parent=self)
+        # A new version reaches a machine (an SSH host's packages, a container's node image) only
+        # once the control plane runs it, kubeadm's upgrade order: a kubelet must not be newer than
+        # its API server, and the old node keeps serving through the upgrade and stays if it fails.
         if worker.ssh is not None:
             # Only a host with cards needs NVIDIA's driver and runtime; a CPU host of an nvidia tenant does not.
             gpu_mode = tenant.gpu_mode if worker.gpus else "none"
-            return SshWorkerMachine(worker.name, worker.ssh, tenant.kubernetes_version, gpu_mode, child)
+            return SshWorkerMachine(
+                worker.name, worker.ssh, tenant.kubernetes_version, gpu_mode, [self.control_plane.cluster], child
+            )
         if docker_host is None:  # config validation requires a network for docker workers
             raise ValueError(f"docker worker {worker.name} has no docker host to run on")
-        # A new version replaces a container (its node image changes) only once the control plane
-        # runs that version: the old node keeps serving through the upgrade, and stays if it fails.
         return DockerWorkerMachine(
             worker.name, tenant.name, tenant.kubernetes_version, docker_host, [self.control_plane.cluster], child
         )

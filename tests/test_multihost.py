@@ -215,6 +215,15 @@ def test_ssh_worker_is_prepared_over_ssh(prod: harness.Render) -> None:
     assert "iptables -F" not in prepare["delete"] and "iptables -X" not in prepare["delete"]
 
 
+def test_an_ssh_host_gets_a_new_version_only_once_its_control_plane_runs_it(multihost: harness.Render) -> None:
+    # kubeadm's upgrade order: the preparation installs the new kubelet package, which a reboot or
+    # a crash would start before `kubeadm upgrade node`; a kubelet must not be newer than its API
+    # server, nor stay so when the control plane's upgrade fails.
+    prepare = multihost.one(REMOTE, "gpu-host-3-prepare")
+    assert multihost.one(TCP, "research")["urn"] in prepare["dependencies"]
+    assert not multihost.waits_for(prepare, multihost.one(TCP, "prod-a"))
+
+
 def test_ssh_private_key_is_a_secret() -> None:
     render = render_config(existing())
     # A connection carrying a secret is secret as a whole in state.
