@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Annotated, Any, ClassVar, Final, Literal
 
+import yaml
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -32,7 +35,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from . import addressing, gpus, versions
+from . import addressing, gpus, kubeconfig, versions
 from .conventions import KAMAJI_DEFAULT_DATA_STORE
 from .versions import kubernetes_minor
 
@@ -365,6 +368,61 @@ class _Model(BaseModel):
 
 NonBlank = Annotated[str, AfterValidator(_not_blank)]
 
+
+def secure_placeholder(ciphertext: str) -> str:
+    """What the offline tools read where a stack file holds an encrypted (``secure:``) value."""
+    return f"<secure value {ciphertext[:12]}…>"
+
+
+def is_secure_placeholder(value: object) -> bool:
+    """Whether ``value`` stands for a value the offline tools could not decrypt: its own checks
+    wait for ``pulumi up``, which hands the program the plain value."""
+    return isinstance(value, str) and value.startswith("<secure value ") and value.endswith("…>")
+
+
+def _kubeconfig(value: str) -> str:
+    if is_secure_placeholder(value):
+        return value
+    # The program's provider, the policy pack and the managementKubeconfig output all take the
+    # file's contents; pulumi-kubernetes would take a path too, but only fail once it connects.
+    try:
+        kubeconfig.server(value)
+    except ValueError as error:
+        reason = str(error)
+    except yaml.YAMLError:
+        reason = "it is not YAML"  # the parser's message would quote the secret text
+    else:
+        return value
+    raise ValueError(
+        f"is not a kubeconfig the management cluster can be reached with ({reason}); give the file's "
+        "contents, not its path: pulumi config set --secret --path 'gpu-tenancy:management.kubeconfig' < FILE"
+    )
+
+
+def _ssh_private_key(value: str) -> str:
+    if is_secure_placeholder(value):
+        return value
+    # pulumi-command parses the key with x/crypto's ssh.ParsePrivateKey when it first connects,
+    # after the control planes are made: OpenSSH's format or PEM (PKCS #1, PKCS #8, SEC 1).
+    data = value.encode()
+    try:
+        if b"-----BEGIN OPENSSH PRIVATE KEY-----" in data:
+            serialization.load_ssh_private_key(data, password=None)
+        else:
+            serialization.load_pem_private_key(data, password=None)
+    except TypeError:  # cryptography's word for an encrypted key without a password
+        raise ValueError(
+            "is protected by a passphrase, which the program does not take: give a copy of the key without "
+            "one (ssh-keygen -p -N '' -f COPY)"
+        ) from None
+    except (ValueError, UnsupportedAlgorithm):
+        raise ValueError(
+            "is not an SSH private key (-----BEGIN ... PRIVATE KEY-----): give the key file's contents, not its "
+            "path or the public key: pulumi config set --secret --path '...ssh.privateKey' < KEY_FILE"
+        ) from None
+    return value
+
+
 # The login goes to sshd as it is (directory users look like jdoe@corp.example.com): only what
 # cannot be one name is refused.
 _SSH_USER = re.compile(r"^[^\s:\x00-\x1f\x7f]+$")
@@ -453,7 +511,7 @@ class Management(_Model):
     mode: Literal["kind", "existing"] = "kind"
     name: Annotated[str, AfterValidator(_dns_1035), AfterValidator(_kind_cluster_name)] = "kamaji"
     node_image: PinnedImage = versions.DEFAULT_NODE_IMAGE
-    kubeconfig: NonBlank | None = Field(None, repr=False)
+    kubeconfig: Annotated[str, AfterValidator(_not_blank), AfterValidator(_kubeconfig)] | None = Field(None, repr=False)
     # An existing cluster may run cert-manager already; installing a second one fails on its CRDs.
     install_cert_manager: StrictBool = True
 
@@ -516,7 +574,7 @@ class SshTarget(_Model):
 
     host: Annotated[str, AfterValidator(_ssh_host)]
     user: Annotated[str, AfterValidator(_ssh_user)]
-    private_key: NonBlank = Field(repr=False)
+    private_key: Annotated[str, AfterValidator(_not_blank), AfterValidator(_ssh_private_key)] = Field(repr=False)
     port: StrictInt = Field(22, ge=1, le=65535)
     # The host's public key as in known_hosts; without it pulumi-command checks no host key at all.
     host_key: Annotated[str, AfterValidator(_ssh_host_key)] | None = None
@@ -717,6 +775,13 @@ class StackConfig(_Model):
                 if worker.ssh is not None:
                     continue
                 path = f"tenants[{i}].workers[{j}]"
+                if len(worker.name) < 2:
+                    # moby's container names: [a-zA-Z0-9][a-zA-Z0-9_.-]+ (daemon/names/names.go).
+                    yield (
+                        f"{path}.name",
+                        f"{worker.name!r} is one character; a docker worker's name is its container's, which "
+                        "Docker requires to have two or more",
+                    )
                 if self.management.mode == "existing" and self.network.worker_network is None:
                     yield (
                         path,
@@ -1078,6 +1143,16 @@ def _pydantic_problems(error: ValidationError, secret_keys: Collection[str]) -> 
         if item["type"] == "missing":
             message = "is required"
             problems.append((path, message))
+            continue
+        if is_secure_placeholder(item.get("input")):
+            # `pulumi up` hands the program the plain value; only the offline tools read this.
+            problems.append(
+                (
+                    path,
+                    "is encrypted (secure:), which the offline tools cannot decrypt to check it (pulumi up can); "
+                    "to check it offline, set it without --secret",
+                )
+            )
             continue
         if item["type"] in _SHAPES:
             # pydantic names Python classes ("a valid dictionary or instance of Tenant"); say it in YAML's terms.

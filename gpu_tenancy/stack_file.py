@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from yaml.constructor import ConstructorError
 
-from .config import CONFIG_NAMESPACE, ConfigError, StackConfig, config_value, misspelt_namespaces
+from .config import CONFIG_NAMESPACE, ConfigError, StackConfig, config_value, misspelt_namespaces, secure_placeholder
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
@@ -269,7 +269,7 @@ def _has_secure(value: Any) -> bool:
 def _strip_secure(value: Any) -> Any:
     if isinstance(value, dict):
         if set(value) == {"secure"}:
-            return f"<secure value {str(value['secure'])[:12]}…>"
+            return secure_placeholder(str(value["secure"]))
         return {k: _strip_secure(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_strip_secure(v) for v in value]

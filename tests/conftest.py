@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from tools import harness
 
@@ -44,6 +46,20 @@ def dev_secrets() -> harness.Render:
 def dev_preview() -> harness.Render:
     return harness.render_stack("dev", preview=True)
 
+
+# An SSH private key and a management kubeconfig config validation accepts (it parses both).
+SSH_KEY = (
+    ed25519.Ed25519PrivateKey.from_private_bytes(bytes(32))
+    .private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption())
+    .decode()
+)
+MGMT_KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{name: mgmt, cluster: {server: "https://10.0.100.2:6443"}}]
+contexts: [{name: mgmt, context: {cluster: mgmt, user: admin}}]
+current-context: mgmt
+users: [{name: admin, user: {token: placeholder}}]
+"""
 
 COMMAND = "command:local:Command"
 RELEASE = "kubernetes:helm.sh/v3:Release"

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import json
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from gpu_tenancy import addressing
-from gpu_tenancy.config import ConfigError, StackConfig, address_plan, misspelt_namespaces
-from tests.conftest import dev_config
+from gpu_tenancy.config import ConfigError, StackConfig, address_plan, misspelt_namespaces, secure_placeholder
+from tests.conftest import MGMT_KUBECONFIG, SSH_KEY, dev_config
 
 KIND_SUBNETS = "172.18.0.0/16 fc00:f853:ccd:e793::/64"
 
@@ -158,7 +161,7 @@ def test_an_ssh_host_inside_the_pool_derived_from_the_kind_network_is_refused() 
     # could be handed out as a tenant's VIP, and the tenant would talk to the worker as its API.
     raw = {
         "tenants": [
-            {"name": "t1", "workers": [{"name": "w1", "ssh": {"host": "172.18.255.223", "user": "u", "privateKey": "k"}}]}
+            {"name": "t1", "workers": [{"name": "w1", "ssh": {"host": "172.18.255.223", "user": "u", "privateKey": SSH_KEY}}]}
         ]
     }
     config = StackConfig.load(raw)
@@ -289,7 +292,7 @@ def test_a_mock_node_holds_no_more_gpu_memory_than_the_mock_plugin_can_list(gpus
     message = problem_at(raw, "tenants[0].workers[0].gpus")
     assert "at most 123011 MiB fit" in message and "Spread the cards over more workers" in message
     raw["tenants"][0]["gpuMode"] = "nvidia"  # the real plugin lists cards, not MiB
-    raw["tenants"][0]["workers"][0]["ssh"] = {"host": "10.0.0.11", "user": "ubuntu", "privateKey": "key"}
+    raw["tenants"][0]["workers"][0]["ssh"] = {"host": "10.0.0.11", "user": "ubuntu", "privateKey": SSH_KEY}
     assert not [p for p in problems_or_none(raw) if p[0] == "tenants[0].workers[0].gpus"]
 
 
@@ -496,7 +499,7 @@ def test_the_pool_is_derived_from_the_kind_networks_ipv4_subnet(subnets: str, po
 def test_a_worker_holds_at_most_16_cards_however_they_are_listed() -> None:
     raw = dev_config()
     raw["tenants"][0]["gpuMode"] = "nvidia"
-    raw["tenants"][0]["workers"][0]["ssh"] = {"host": "h", "user": "u", "privateKey": "k"}
+    raw["tenants"][0]["workers"][0]["ssh"] = {"host": "h", "user": "u", "privateKey": SSH_KEY}
     raw["tenants"][0]["workers"][0]["gpus"] = [{"model": "L4", "count": 10}, {"model": "L4", "count": 7}]
     raw["tenants"][0].pop("quota")
     assert "declare 17 cards on one worker; a machine holds at most 16" in problem_at(raw, "tenants[0].workers[0].gpus")
@@ -657,12 +660,99 @@ def test_an_object_set_as_one_secret_is_not_echoed_where_an_object_belongs(where
 def existing_with_ssh(*hosts: str, **ssh: Any) -> dict[str, Any]:
     """An existing-cluster stack with one SSH worker per host, each in tenant ``a``."""
     workers = [
-        {"name": f"w{i}", "ssh": {"host": host, "user": "ubuntu", "privateKey": "key", **ssh}} for i, host in enumerate(hosts)
+        {"name": f"w{i}", "ssh": {"host": host, "user": "ubuntu", "privateKey": SSH_KEY, **ssh}} for i, host in enumerate(hosts)
     ]
     return {
-        "management": {"mode": "existing", "kubeconfig": "apiVersion: v1"},
+        "management": {"mode": "existing", "kubeconfig": MGMT_KUBECONFIG},
         "tenants": [{"name": "a", "workers": workers}],
     }
+
+
+def _private_key(key: Any, key_format: serialization.PrivateFormat, password: bytes | None = None) -> str:
+    encryption = serialization.BestAvailableEncryption(password) if password else serialization.NoEncryption()
+    return key.private_bytes(serialization.Encoding.PEM, key_format, encryption).decode()
+
+
+def _ssh_string(data: bytes) -> bytes:
+    return len(data).to_bytes(4, "big") + data
+
+
+def _encrypted_openssh_key() -> str:
+    """A key as ``ssh-keygen -N <passphrase>`` writes it (aes256-ctr, bcrypt); making one needs bcrypt,
+    refusing one does not (cryptography stops at the missing password)."""
+    public = ed25519.Ed25519PrivateKey.generate().public_key()
+    blob = _ssh_string(b"ssh-ed25519") + _ssh_string(public.public_bytes_raw())
+    body = b"openssh-key-v1\0" + _ssh_string(b"aes256-ctr") + _ssh_string(b"bcrypt")
+    body += _ssh_string(_ssh_string(bytes(16)) + (16).to_bytes(4, "big")) + (1).to_bytes(4, "big")
+    body += _ssh_string(blob) + _ssh_string(b"SECRET".ljust(32, b"x"))
+    lines = [base64.b64encode(body).decode()[i : i + 70] for i in range(0, len(base64.b64encode(body)), 70)]
+    return "\n".join(["-----BEGIN OPENSSH PRIVATE KEY-----", *lines, "-----END OPENSSH PRIVATE KEY-----", ""])
+
+
+def test_ssh_private_keys_in_the_formats_ssh_reads_them_are_accepted() -> None:
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    ec_key = ec.generate_private_key(ec.SECP256R1())
+    for key in (
+        SSH_KEY,
+        _private_key(rsa_key, serialization.PrivateFormat.OpenSSH),
+        _private_key(rsa_key, serialization.PrivateFormat.TraditionalOpenSSL),  # BEGIN RSA PRIVATE KEY
+        _private_key(rsa_key, serialization.PrivateFormat.PKCS8),  # BEGIN PRIVATE KEY
+        _private_key(ec_key, serialization.PrivateFormat.TraditionalOpenSSL),  # BEGIN EC PRIVATE KEY
+        SSH_KEY.replace("\n", "\r\n"),  # pasted on Windows
+    ):
+        assert StackConfig.load(existing_with_ssh("10.0.0.11", privateKey=key)).tenants[0].workers[0].ssh is not None
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        ("~/.ssh/id_ed25519", "is not an SSH private key"),  # a path, which pulumi-command does not read
+        ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpIN7xjIVPkUq2ZWiLzEBVYK1h8a3wZkm5cB8S2lT0p me@host", "is not an SSH private key"),
+        (SSH_KEY.replace("\n", "\nSECRETx", 2), "is not an SSH private key"),  # damaged in the pasting
+        ("encrypted-openssh", "is protected by a passphrase"),
+        ("encrypted-pkcs8", "is protected by a passphrase"),
+    ],
+)
+def test_what_ssh_cannot_read_as_a_private_key_is_refused_before_any_host_is_touched(key: str, expected: str) -> None:
+    # pulumi-command parses the key only when it first connects, after the control planes exist.
+    if key == "encrypted-openssh":
+        key = _encrypted_openssh_key()
+    elif key == "encrypted-pkcs8":
+        key = _private_key(ed25519.Ed25519PrivateKey.generate(), serialization.PrivateFormat.PKCS8, b"SECRET-passphrase")
+    message = problem_at(existing_with_ssh("10.0.0.11", privateKey=key), "tenants[0].workers[0].ssh.privateKey")
+    assert expected in message
+    assert "SECRET" not in message and "id_ed25519" not in message and "AAAA" not in message
+
+
+@pytest.mark.parametrize(
+    ("kubeconfig", "reason"),
+    [
+        ("~/.kube/config", "kubeconfig is not a mapping"),  # a path
+        ("apiVersion: v1\nkind: Config\nclusters: []\n", "kubeconfig has no current context"),
+        (MGMT_KUBECONFIG.replace("current-context: mgmt", "current-context: other"), "kubeconfig has no context 'other'"),
+        (
+            MGMT_KUBECONFIG.replace('server: "https://10.0.100.2:6443"', "insecure-skip-tls-verify: true"),
+            "kubeconfig's cluster has no server",
+        ),
+        ("apiVersion: v1\nusers: [{name: SECRET-token: x", "it is not YAML"),  # the parser would quote the text
+    ],
+)
+def test_a_management_kubeconfig_that_reaches_no_cluster_is_refused(kubeconfig: str, reason: str) -> None:
+    raw = existing_with_ssh("10.0.0.11")
+    raw["management"]["kubeconfig"] = kubeconfig
+    message = problem_at(raw, "management.kubeconfig")
+    assert f"is not a kubeconfig the management cluster can be reached with ({reason}" in message
+    assert "give the file's contents, not its path" in message
+    assert "SECRET" not in message
+
+
+def test_values_the_offline_tools_cannot_decrypt_wait_for_pulumi_up() -> None:
+    # Pulumi.example-multihost.yaml's secure values reach the offline tools as placeholders.
+    placeholder = secure_placeholder("REPLACE-with-pulumi-config-set")
+    raw = existing_with_ssh("10.0.0.11", privateKey=placeholder)
+    raw["management"]["kubeconfig"] = placeholder
+    config = StackConfig.load(raw)
+    assert config.management.kubeconfig == placeholder
 
 
 @pytest.mark.parametrize(("key", "value"), [("name", "lab"), ("nodeImage", "kindest/node:v1.35.7"), ("name", "kamaji")])
@@ -994,7 +1084,7 @@ def test_shape_errors_speak_yaml_not_python(raw: dict[str, Any], path: str, expe
 @pytest.mark.parametrize("user", ["a\x01b", "a\x00b", "a\x7fb", "a b", "a:b"])
 def test_an_ssh_login_with_control_characters_is_refused(user: str) -> None:
     raw = dev_config()
-    raw["tenants"][0]["workers"][0]["ssh"] = {"host": "10.0.0.11", "user": user, "privateKey": "k"}
+    raw["tenants"][0]["workers"][0]["ssh"] = {"host": "10.0.0.11", "user": user, "privateKey": SSH_KEY}
     assert "is not a login name: no spaces, control characters or ':'" in problem_at(raw, "tenants[0].workers[0].ssh.user")
 
 
@@ -1035,3 +1125,29 @@ def test_a_pool_may_start_at_the_first_address_above_dockers_half() -> None:
     assert key == "network.pool" and "starts in the lower half of the kind network" in problem
     raw["network"] = {"pool": "172.18.128.0-172.18.128.10"}
     assert address_plan(StackConfig.load(raw), KIND_SUBNETS).pool == addressing.AddressPool.parse("172.18.128.0-172.18.128.10")
+
+
+@pytest.mark.parametrize(("field", "key"), [("hostKey", "hostKey"), ("host", "host"), ("port", "port")])
+def test_a_value_the_offline_tools_cannot_decrypt_is_named_as_such_not_as_malformed(field: str, key: str) -> None:
+    # `pulumi config set --secret --path '...ssh.hostKey'`: pulumi up decrypts it; offline, its
+    # placeholder is no host key, host name or port, and saying so would send the user astray.
+    raw = existing_with_ssh("10.0.0.11", **{field: secure_placeholder("AAAABBBBCCCCDDDD")})
+    message = problem_at(raw, f"tenants[0].workers[0].ssh.{key}")
+    assert message == (
+        "is encrypted (secure:), which the offline tools cannot decrypt to check it (pulumi up can); "
+        "to check it offline, set it without --secret"
+    )
+
+
+def test_a_docker_workers_name_is_one_docker_takes_for_a_container() -> None:
+    raw = {"tenants": [{"name": "a", "workers": [{"name": "w"}]}]}
+    assert problem_at(raw, "tenants[0].workers[0].name") == (
+        "'w' is one character; a docker worker's name is its container's, which Docker requires to have two or more"
+    )
+    raw["tenants"][0]["workers"][0]["name"] = "w1"
+    assert StackConfig.load(raw).tenants[0].workers[0].name == "w1"
+    # An SSH host's worker name is only its node's.
+    assert StackConfig.load(existing_with_ssh("10.0.0.11")).tenants[0].workers[0].name == "w0"
+    ssh = existing_with_ssh("10.0.0.11")
+    ssh["tenants"][0]["workers"][0]["name"] = "w"
+    assert StackConfig.load(ssh).tenants[0].workers[0].name == "w"

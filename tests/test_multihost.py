@@ -11,14 +11,23 @@ import pytest
 from components.ssh_worker_machine import _CLEAN_UP, _PREPARE
 from gpu_tenancy.config import ConfigError, StackConfig
 from tests import fidelity
-from tests.conftest import COMMAND, CONTAINER, K8S_PROVIDER, PROJECT_DIR, RELEASE, TCP, render_config
+from tests.conftest import (
+    COMMAND,
+    CONTAINER,
+    K8S_PROVIDER,
+    MGMT_KUBECONFIG,
+    PROJECT_DIR,
+    RELEASE,
+    SSH_KEY,
+    TCP,
+    render_config,
+)
 from tests.shell import assert_valid_machine_script, executable
 from tools import harness
 
 REMOTE = "command:remote:Command"
 POOL = "kubernetes:metallb.io/v1beta1:IPAddressPool"
-KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nfake\n-----END OPENSSH PRIVATE KEY-----\n"
-MGMT_KUBECONFIG = "apiVersion: v1\nkind: Config\nclusters: []\n"
+KEY = SSH_KEY
 
 
 def ssh_worker(name: str, host: str, **extra: Any) -> dict[str, Any]:
@@ -366,7 +375,9 @@ def test_existing_mode_requires_a_kubeconfig() -> None:
 
 
 def test_kubeconfig_and_worker_network_are_only_for_existing_mode() -> None:
-    found = problems({"management": {"kubeconfig": "x"}, "network": {"workerNetwork": "kind", "announceFromControlPlanes": True}})
+    found = problems(
+        {"management": {"kubeconfig": MGMT_KUBECONFIG}, "network": {"workerNetwork": "kind", "announceFromControlPlanes": True}}
+    )
     assert "only used with management.mode existing" in found["management.kubeconfig"]
     assert "only used with management.mode existing" in found["network.workerNetwork"]
     assert "only used with management.mode existing" in found["network.announceFromControlPlanes"]

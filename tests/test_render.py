@@ -11,7 +11,7 @@ from unittest import mock
 import pulumi
 import pytest
 
-from tests.conftest import COMMAND, K8S_PROVIDER, PROJECT_DIR, RELEASE, TCP, dev_config, render_config
+from tests.conftest import COMMAND, K8S_PROVIDER, MGMT_KUBECONFIG, PROJECT_DIR, RELEASE, TCP, dev_config, render_config
 from tools import harness
 
 
@@ -187,7 +187,7 @@ def test_stack_files_are_read_as_the_pulumi_cli_reads_them(tmp_path: Path) -> No
     assert values["gpu-tenancy:x"] == expected
     assert [type(values["gpu-tenancy:x"][key]) for key in "abg"] == [int, int, float]
     assert values["gpu-tenancy:y"] == 2.0  # a scalar key is the text as written, which the CLI hands over as such
-    stack.write_text("config:\n  gpu-tenancy:tenants: [{name: a, workers: [{name: w, gpus: [{model: L4, count: 2.0}]}]}]\n")
+    stack.write_text("config:\n  gpu-tenancy:tenants: [{name: a, workers: [{name: w1, gpus: [{model: L4, count: 2.0}]}]}]\n")
     assert run_cli("--config", str(stack)).returncode == 0  # as pulumi up would take it
     stack.write_text("config:\n  ? [a]\n  : 1\n")  # an unhashable key: a message, not a traceback
     assert run_cli("--config", str(stack)).returncode == 2
@@ -228,7 +228,7 @@ def test_errors_stay_readable_when_a_path_secret_makes_the_whole_key_secret() ->
     # `tenants` a secret for the program; only the secret fields themselves are never quoted.
     worker = {"name": "w", "ssh": {"host": "10.0.0.11", "user": "ubuntu", "privateKey": 42}}
     config = {
-        "gpu-tenancy:management": json.dumps({"mode": "existing", "kubeconfig": "apiVersion: v1"}),
+        "gpu-tenancy:management": json.dumps({"mode": "existing", "kubeconfig": MGMT_KUBECONFIG}),
         "gpu-tenancy:tenants": json.dumps([{"name": "Team_A", "workers": [worker]}]),
     }
     with pytest.raises(harness.RenderError) as caught:
@@ -243,7 +243,7 @@ def test_an_object_set_as_one_secret_with_path_is_not_echoed() -> None:
     # stores the worker, its SSH key with it, as one secret text.
     worker = {"name": "w", "ssh": {"host": "10.0.0.11", "user": "ubuntu", "privateKey": "TOPSECRET"}}
     config = {
-        "gpu-tenancy:management": json.dumps({"mode": "existing", "kubeconfig": "apiVersion: v1"}),
+        "gpu-tenancy:management": json.dumps({"mode": "existing", "kubeconfig": MGMT_KUBECONFIG}),
         "gpu-tenancy:tenants": json.dumps([{"name": "a", "workers": [json.dumps(worker)]}]),
     }
     with pytest.raises(harness.RenderError) as caught:

@@ -16,7 +16,7 @@ import pytest
 
 from components.ssh_worker_machine import _PREPARE, OWNER_FILE, owner, prepare_environment
 from gpu_tenancy import kubeadm
-from tests.conftest import TCP, render_config
+from tests.conftest import MGMT_KUBECONFIG, SSH_KEY, TCP, render_config
 from tests.shell import executable
 from tools import harness
 
@@ -25,7 +25,7 @@ REMOTE = "command:remote:Command"
 UNIQUE = str(uuid.uuid5(uuid.NAMESPACE_URL, "gpu-tenancy:gpu-host-1-owner"))
 OWNER = f"gpu-tenancy/dev/gpu-host-1/{UNIQUE}"
 BINDING = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
-KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nfake\n-----END OPENSSH PRIVATE KEY-----\n"
+KEY = SSH_KEY
 
 # What containerd.io installs as /etc/containerd/config.toml (docker/containerd-packaging:common/containerd.toml).
 DOCKER_CONFIG = 'disabled_plugins = ["cri"]\n\n#root = "/var/lib/containerd"\n#state = "/run/containerd"\n'
@@ -261,7 +261,7 @@ def test_kubelet_135_and_newer_need_a_cgroup_v2_host(tmp_path: Path, version: st
 
 def ssh_stack(version: str) -> dict[str, Any]:
     return {
-        "management": {"mode": "existing", "kubeconfig": "apiVersion: v1\nkind: Config\nclusters: []\n"},
+        "management": {"mode": "existing", "kubeconfig": MGMT_KUBECONFIG},
         "network": {"pool": "10.0.100.10-10.0.100.50"},
         "tenants": [
             {

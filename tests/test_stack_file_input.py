@@ -310,12 +310,12 @@ def test_quantities_take_ascii_digits_only():
 def test_tools_read_json_text_values_as_the_program_does(tmp_path: Path) -> None:
     # The CLI hands the program every value as text and the program reads JSON text as JSON, so a
     # stack file may hold an object as a JSON string; gpuplan, validate and make's preflight read it alike.
-    tenants = [{"name": "a", "workers": [{"name": "w", "gpus": [{"model": "L4", "count": 2}]}]}]
+    tenants = [{"name": "a", "workers": [{"name": "w1", "gpus": [{"model": "L4", "count": 2}]}]}]
     path = write(tmp_path, "Pulumi.j.yaml", f"config:\n  gpu-tenancy:tenants: '{json.dumps(tenants)}'\n")
     config = load_stack_config(path)
     assert [card.model.model for card in config.tenants[0].cards] == ["L4", "L4"]
     rendered = harness.render_file(path)
-    assert rendered.find("docker:index/container:Container", "w")
+    assert rendered.find("docker:index/container:Container", "w1")
 
 
 def test_a_key_encrypted_as_a_whole_is_named_as_such(tmp_path: Path) -> None:

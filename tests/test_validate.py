@@ -33,6 +33,7 @@ from kubernetes.client.exceptions import ApiException
 from gpu_tenancy import gpus, placement
 from gpu_tenancy.config import StackConfig, Tenant
 from gpu_tenancy.stack_file import load_stack_config
+from tests.conftest import MGMT_KUBECONFIG, SSH_KEY
 from tests.shell import executable
 from tools import validate
 from tools.validation import checks, context, expect, interrupts, kube, outputs, report, runner
@@ -70,7 +71,7 @@ def real_gpus(tenant: str, worker: str, model: str, count: int = 1) -> dict[str,
         "workers": [
             {
                 "name": worker,
-                "ssh": {"host": "10.0.0.11", "user": "ubuntu", "privateKey": "key"},
+                "ssh": {"host": "10.0.0.11", "user": "ubuntu", "privateKey": SSH_KEY},
                 "gpus": [{"model": model, "count": count}],
             }
         ],
@@ -1129,7 +1130,7 @@ def test_a_declared_tenant_missing_from_the_stack_file_fails_its_model_checks():
 
 def test_an_existing_cluster_keeping_its_own_cert_manager_is_not_expected_to_run_ours():
     raw = {
-        "management": {"mode": "existing", "kubeconfig": "x", "installCertManager": False},
+        "management": {"mode": "existing", "kubeconfig": MGMT_KUBECONFIG, "installCertManager": False},
         "network": {"pool": "10.0.0.0/28"},
         "tenants": [{"name": "t"}],
     }
@@ -1137,7 +1138,7 @@ def test_an_existing_cluster_keeping_its_own_cert_manager_is_not_expected_to_run
 
 
 def test_an_existing_management_cluster_without_a_pool_is_not_expected_to_run_metallb():
-    raw = {"management": {"mode": "existing", "kubeconfig": "x"}, "tenants": [{"name": "t", "vip": "10.0.0.5"}]}
+    raw = {"management": {"mode": "existing", "kubeconfig": MGMT_KUBECONFIG}, "tenants": [{"name": "t", "vip": "10.0.0.5"}]}
     assert checks.expected_releases(StackConfig.load(raw)) == (("cert-manager", "cert-manager"), ("kamaji", "kamaji-system"))
     raw["network"] = {"pool": "10.0.0.0/28"}
     assert ("metallb", "metallb-system") in checks.expected_releases(StackConfig.load(raw))
@@ -1159,7 +1160,7 @@ NVIDIA_RAW: dict[str, Any] = {
             "workers": [
                 {
                     "name": "gpu-host-1",
-                    "ssh": {"host": "10.0.0.11", "user": "ubuntu", "privateKey": "k"},
+                    "ssh": {"host": "10.0.0.11", "user": "ubuntu", "privateKey": SSH_KEY},
                     "gpus": [{"model": "H100-80GB", "count": 1}],
                 }
             ],
