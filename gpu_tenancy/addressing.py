@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 IPv4 = ipaddress.IPv4Address
 Network = ipaddress.IPv4Network
+# What every spelling of the machine running `pulumi up` is to host_identity.
+LOCALHOST = "localhost"
 
 
 @dataclass(frozen=True)
@@ -59,16 +61,19 @@ class AddressPool:
 
 def host_identity(host: str) -> str:
     """One spelling per machine for an SSH host: ``fd00:0::1`` is ``fd00::1``, ``::ffff:10.0.0.1`` is
-    ``10.0.0.1``, ``GPU-1.lab.`` is ``gpu-1.lab``.
+    ``10.0.0.1``, ``GPU-1.lab.`` is ``gpu-1.lab``, and every loopback address and ``localhost`` name
+    (RFC 6761: its subdomains too) is ``localhost``, the machine running ``pulumi up``.
 
     Config validation and the policy pack both ask whether two workers name one machine.
     """
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
-        return host.lower().removesuffix(".")
+        name = host.lower().removesuffix(".")
+        return LOCALHOST if name == LOCALHOST or name.endswith(f".{LOCALHOST}") else name
     # ::ffff:10.0.0.1 reaches 10.0.0.1.
-    return (getattr(address, "ipv4_mapped", None) or address).compressed
+    address = getattr(address, "ipv4_mapped", None) or address
+    return LOCALHOST if address.is_loopback else address.compressed
 
 
 def join_host_port(host: str, port: int | str) -> str:

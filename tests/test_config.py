@@ -822,6 +822,10 @@ def test_a_pool_must_stay_above_the_addresses_docker_gives_containers() -> None:
         ("10.0.0.12", "10.0.0.12", "10.0.0.12:22"),
         ("fd00::12", "fd00:0::12", "[fd00:0::12]:22"),  # not the address fd00:0::12:22
         ("gpu-2.lab", "GPU-2.lab.", "GPU-2.lab.:22"),
+        # The machine running pulumi up, however it is written (RFC 6761 for the names).
+        ("127.0.0.1", "localhost", "localhost:22"),
+        ("127.0.1.1", "::1", "[::1]:22"),
+        ("Localhost.", "gpu.localhost", "gpu.localhost:22"),
     ],
 )
 def test_one_ssh_host_is_one_worker(first: str, again: str, shown: str) -> None:

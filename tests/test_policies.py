@@ -540,6 +540,14 @@ CASES = [
         findings=2,
     ),
     Case(
+        # Every loopback address is the machine running pulumi up.
+        "ssh-host-in-two-tenants-as-two-loopback-addresses",
+        "tenant-worker-isolation",
+        one_host_in_both_tenants("127.0.0.1", "127.0.1.1"),
+        "worker ssh://localhost:22 joins tenants 'tenant-a', 'tenant-b'",
+        findings=2,
+    ),
+    Case(
         # An IPv4-mapped IPv6 address reaches the IPv4 host.
         "ssh-host-in-two-tenants-as-ipv4-and-mapped-ipv6",
         "tenant-worker-isolation",
