@@ -26,12 +26,12 @@ def read_stack_config() -> StackConfig:
     keys = {key for key in every_key if key.startswith(prefix)}
     config = pulumi.Config(CONFIG_NAMESPACE)
     raw: dict[str, Any] = {}
-    for key in sorted(keys):
-        name = key[len(prefix) :]
-        value = config.get(name)
-        raw[name] = config_value(value) if value is not None else None
     secret = [key[len(prefix) :] for key in keys if is_config_secret(key)]
     try:
+        for key in sorted(keys):
+            name = key[len(prefix) :]
+            value = config.get(name)
+            raw[name] = config_value(value, name) if value is not None else None
         return StackConfig.load(raw, secret_keys=secret)
     except ConfigError as error:
         raise StackConfigError(str(error)) from None

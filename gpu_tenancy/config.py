@@ -66,15 +66,32 @@ _MAX_DEDICATED_TENANT_NAME: Final = 44
 _MAX_KIND_CLUSTER_NAME: Final = 49
 
 
-def config_value(text: str) -> Any:
-    """A config value as the program reads it: the CLI hands every value over as text, JSON for
-    objects, lists, numbers and booleans, so text that parses as JSON is read as JSON.
+class _DuplicateKey(Exception):
+    """A JSON object that gives one key twice."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in seen:
+            raise _DuplicateKey(name)
+        seen[name] = value
+    return seen
+
+
+def config_value(text: str, key: str) -> Any:
+    """The config value of ``key`` as the program reads it: the CLI hands every value over as
+    text, JSON for objects, lists, numbers and booleans, so text that parses as JSON is read as JSON.
 
     Text Python will not hold as JSON (an integer of thousands of digits, nesting deeper than it
-    recurses) stays text, and validation then names the key.
+    recurses) stays text, and validation then names the key. JSON text that gives a key twice
+    (``pulumi config set network '{"pool": ..., "pool": ...}'``) raises ConfigError: neither may
+    silently win, as in a stack file.
     """
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as duplicate:
+        raise ConfigError([(key, f"gives the key {duplicate.args[0]!r} twice in its JSON; keep one")]) from None
     except (ValueError, RecursionError):
         return text
 

@@ -234,7 +234,7 @@ def load_stack_config(path: Path) -> StackConfig:
     prefix = f"{CONFIG_NAMESPACE}:"
     return StackConfig.load(
         {
-            key[len(prefix) :]: config_value(value) if isinstance(value, str) else value
+            key[len(prefix) :]: config_value(value, key[len(prefix) :]) if isinstance(value, str) else value
             for key, value in values.items()
             if key.startswith(prefix)
         }

@@ -203,6 +203,16 @@ def test_the_program_refuses_a_misspelt_namespace_too() -> None:
         harness.render({"gpu_tenancy:tenants": json.dumps([{"name": "a"}])})
 
 
+def test_the_program_refuses_a_key_given_twice_in_json_text() -> None:
+    # `pulumi config set gpu-tenancy:network '{"pool": ..., "pool": ...}'`: neither may silently win.
+    pools = '{"pool": "172.18.255.200-172.18.255.250", "pool": "172.18.255.200-172.18.255.201"}'
+    with pytest.raises(harness.RenderError, match=r"network: gives the key 'pool' twice in its JSON; keep one"):
+        harness.render({"gpu-tenancy:network": pools})
+    tenants = json.dumps([{"name": "tenant-a"}]).replace('"tenant-a"', '"tenant-a", "name": "tenant-b"')
+    with pytest.raises(harness.RenderError, match=r"tenants: gives the key 'name' twice in its JSON; keep one"):
+        harness.render({"gpu-tenancy:tenants": tenants})
+
+
 def test_cli_exits_2_on_a_missing_file(tmp_path: Path) -> None:
     result = run_cli("--config", str(tmp_path / "Pulumi.none.yaml"))
     assert result.returncode == 2

@@ -709,6 +709,8 @@ def test_make_up_checks_docker_before_fetching_tools_or_running_pulumi() -> None
         # JSON text, as the program reads it.
         ('config:\n  gpu-tenancy:management: \'{"mode": "existing"}\'\n', preflight.DOES_NOT_NEED),
         ("config:\n  gpu-tenancy:management: {mode: existing}\n", preflight.DOES_NOT_NEED),  # no workers yet
+        # A key given twice in JSON text: pulumi up names it; the checks run meanwhile.
+        ('config:\n  gpu-tenancy:management: \'{"mode": "existing", "mode": "kind"}\'\n', 0),
         # Tenants encrypted as a whole: unreadable offline, which is no reason to ask for Docker.
         (
             "config:\n  gpu-tenancy:management: {mode: existing, kubeconfig: {secure: v1:a}}\n"

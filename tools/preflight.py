@@ -32,7 +32,7 @@ FIRST_WITHOUT_CGROUP_V1 = (1, 35)
 
 def _value(values: dict[str, Any], key: str) -> Any:
     raw = values.get(f"{CONFIG_NAMESPACE}:{key}")
-    return config_value(raw) if isinstance(raw, str) else raw
+    return config_value(raw, key) if isinstance(raw, str) else raw
 
 
 def uses_kind(values: dict[str, Any]) -> bool:
@@ -117,9 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError:
         return 0
     uses, note = NOTES[args.needs]
-    if uses(values):
+    try:
+        if uses(values):
+            return 0
+        unreadable = args.needs != "kind" and _unreadable_workers(values)
+    except ConfigError:  # a key given twice: pulumi up names it, and nothing is skipped meanwhile
         return 0
-    if args.needs != "kind" and _unreadable_workers(values):
+    if unreadable:
         # Encrypted workers are no reason to ask an SSH-only stack for Docker, but the note must not
         # claim what it cannot read.
         note = (
