@@ -32,9 +32,16 @@ def read_stack_config() -> StackConfig:
             name = key[len(prefix) :]
             value = config.get(name)
             raw[name] = config_value(value, name) if value is not None else None
-        return StackConfig.load(raw, secret_keys=secret)
+        stack_config = StackConfig.load(raw, secret_keys=secret)
     except ConfigError as error:
         raise StackConfigError(str(error)) from None
+    for path in stack_config.plaintext_secrets(secret):
+        # State keeps it encrypted (the program wraps it as a secret); the stack file does not.
+        pulumi.log.warn(
+            f"{path} is in plain text in Pulumi.{pulumi.get_stack()}.yaml, and in its history if committed; set it "
+            f"again as a secret: pulumi config set --secret --path '{CONFIG_NAMESPACE}:{path}' < FILE"
+        )
+    return stack_config
 
 
 def fail(error: ConfigError) -> StackConfigError:

@@ -694,6 +694,16 @@ class StackConfig(_Model):
             raise ConfigError(problems)
         return config
 
+    def plaintext_secrets(self, secret_keys: Collection[str]) -> list[str]:
+        """The secrets this config holds in plain text, by path: under a key the stack does not
+        mark secret (a secret set with ``--path`` marks its whole top-level key)."""
+        paths = []
+        if self.management.kubeconfig is not None and "management" not in secret_keys:
+            paths.append("management.kubeconfig")
+        if "tenants" not in secret_keys:
+            paths.extend(f"{path}.privateKey" for path, _ in self._ssh_targets())
+        return paths
+
     def tenant(self, name: str) -> Tenant:
         return next(tenant for tenant in self.tenants if tenant.name == name)
 

@@ -505,3 +505,23 @@ def test_each_ssh_worker_is_owned_by_its_stack_name_and_a_uuid_of_its_state() ->
     assert unique["urn"] in prepare["dependencies"]
     for command in render.find(REMOTE):
         assert f"!= {mine} ]; then" in command["inputs"]["delete"], command["name"]
+
+
+@pytest.mark.parametrize("marked_secret", [False, True])
+def test_secrets_kept_in_plain_text_in_the_stack_file_are_warned_about(
+    marked_secret: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The program keeps both encrypted in state; a stack file set without --secret holds them as they are.
+    with caplog.at_level("WARNING"):
+        render_config(
+            ssh_stack("v1.36.4"), secret_keys=["gpu-tenancy:management", "gpu-tenancy:tenants"] if marked_secret else []
+        )
+    warnings = [record.getMessage() for record in caplog.records if "plain text" in record.getMessage()]
+    if marked_secret:
+        assert warnings == []
+    else:
+        assert warnings == [
+            f"{path} is in plain text in Pulumi.dev.yaml, and in its history if committed; set it again as a secret: "
+            f"pulumi config set --secret --path 'gpu-tenancy:{path}' < FILE"
+            for path in ("management.kubeconfig", "tenants[0].workers[0].ssh.privateKey")
+        ]
