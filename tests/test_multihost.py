@@ -280,6 +280,19 @@ def test_ssh_workers_in_mock_mode_are_registered_on_the_host() -> None:
     assert "kubectl --kubeconfig /etc/kubernetes/kubelet.conf" in registration["inputs"]["stdin"]
 
 
+@pytest.mark.parametrize("command", ["gpu-host-1-join", "gpu-host-1-gpu-registration"])
+def test_an_ssh_scripts_values_reach_it_as_they_were_given(command: str) -> None:
+    # The values go on stdin as shell assignments: unquoted, the shell would strip the double
+    # quotes from HAMi's JSON registration, and the node would show no GPUs.
+    inputs = render_config(mock_mode(), show_secrets=True).one(REMOTE, command)["inputs"]
+    environment = inputs["triggers"][0]
+    assignments, separator, _ = inputs["stdin"].partition("set -eu")
+    assert separator and any('"' in value for value in environment.values()) == (command.endswith("registration"))
+    echo = "".join(f'printf "%s\\0" "${key}"\n' for key in environment)
+    result = subprocess.run(["sh", "-c", assignments + echo], capture_output=True, text=True, timeout=30, check=True)
+    assert dict(zip(environment, result.stdout.split("\0")[:-1], strict=True)) == environment
+
+
 # --- gpuMode: nvidia ----------------------------------------------------------------------------------
 
 
