@@ -35,6 +35,13 @@ def test_machine_runs_the_way_kind_runs_its_nodes(dev: harness.Render) -> None:
     assert sorted(container["securityOpts"]) == ["apparmor=unconfined", "seccomp=unconfined"]
     assert container["cgroupnsMode"] == "private"
     assert container["removeVolumes"] is True  # the anonymous /var (images, kubelet state) goes with the container
+    # kind's commonArgs (pkg/cluster/internal/providers/docker/provision.go): systemd is PID 1, not
+    # an engine's default init, and the node comes back after a reboot of the host or dockerd,
+    # on-failure:1, where on-failure:0 would mean always.
+    assert container["init"] is False and container["tty"] is True
+    assert (container["restart"], container["maxRetryCount"]) == ("on-failure", 1)
+    # kind's node and the other workers run the same image: removing a worker must not remove it.
+    assert dev.one(IMAGE, "tenant-a-worker-0-image")["inputs"]["keepLocally"] is True
     labels = {label["label"]: label["value"] for label in container["labels"]}
     assert labels == {"gpu-tenancy.io/tenant": "tenant-a", "gpu-tenancy.io/role": "worker"}
     assert not any(key.startswith("io.x-k8s.kind") for key in labels)  # `kind delete cluster` would take it
