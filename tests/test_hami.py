@@ -56,6 +56,9 @@ def test_hami_waits_for_the_tenants_joins_and_network(dev: harness.Render) -> No
     hami = dev.one(RELEASE, "tenant-a-hami")
     assert dev.one(COMMAND, "tenant-a-worker-0-join")["urn"] in hami["dependencies"]
     assert dev.one(RELEASE, "tenant-a-calico")["urn"] in hami["dependencies"]
+    # On nested nodes kube-proxy crash-loops until its override is in, and with it HAMi's Service.
+    assert dev.one("kubernetes:apps/v1:DaemonSetPatch", "tenant-a-kube-proxy")["urn"] in hami["dependencies"]
+    assert dev.one("kubernetes:core/v1:ConfigMapPatch", "tenant-a-kube-proxy-config")["urn"] in hami["dependencies"]
     assert not dev.waits_for(hami, dev.one(COMMAND, "tenant-b-worker-0-join"))
 
 

@@ -23,6 +23,8 @@ def test_calico_is_pinned_and_installed_through_the_tenant_provider(dev: harness
         assert release["inputs"]["chart"] == chart
         assert release["inputs"]["version"] == "v3.32.2"
         assert release["inputs"]["repositoryOpts"] == {"repo": "https://docs.tigera.io/calico/charts"}
+        # Calico's Helm guide installs the operator into tigera-operator, which it creates.
+        assert (release["inputs"]["namespace"], release["inputs"]["createNamespace"]) == ("tigera-operator", True)
         assert release["provider"] == dev.one(K8S_PROVIDER, "tenant-a")["urn"]
     assert crds["urn"] in calico["dependencies"]
 
