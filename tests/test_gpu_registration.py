@@ -86,7 +86,9 @@ def test_registration_runs_on_the_node_with_its_own_credentials(dev: harness.Ren
     remove = '--subresource=status --type=json -p \'[{"op":"remove","path":"/status/capacity/nvidia.com~1gpu"}]\''
     inner = shlex.split(command["delete"])[5]  # docker exec <container> sh -c <script> || true
     assert f"patch node tenant-a-worker-0 {remove}" in inner
-    # A run the timer has just started would register the cards again after the removals.
+    # The timer goes first (it would keep starting a service whose script is gone); a run it has
+    # just started would register the cards again after the removals.
+    assert inner.index("systemctl disable --now gpu-tenancy-register.timer") < inner.index("rm -f")
     assert inner.index("systemctl stop gpu-tenancy-register.service") < inner.index("annotate node")
 
 
@@ -124,10 +126,13 @@ def test_the_mock_memory_limit_is_the_last_size_under_kubelets_4_mib() -> None:
     assert limit == 123011  # "more than ~120 GB per node" (hami.md)
 
 
-def run_registration(tmp_path: Path, command: dict) -> tuple[subprocess.CompletedProcess[str], list[list[str]], list[str], Path]:
+def run_registration(
+    tmp_path: Path, command: dict, failing_calls: int = 0
+) -> tuple[subprocess.CompletedProcess[str], list[list[str]], list[str], Path]:
     """Run a rendered registration as its machine would, against stand-ins for kubectl and systemctl.
 
-    /etc and /usr/local/bin move into ``tmp_path``; the environment is the command's own. Returns
+    /etc and /usr/local/bin move into ``tmp_path``; the environment is the command's own. The
+    first ``failing_calls`` kubectl calls fail (a kubelet still registering its Node). Returns
     the result, each kubectl call's arguments, each systemctl call and the moved root.
     """
     root = tmp_path / "root"
@@ -139,7 +144,9 @@ def run_registration(tmp_path: Path, command: dict) -> tuple[subprocess.Complete
     executable(
         bin_dir / "kubectl",
         f"#!{sys.executable}\nimport json, sys\n"
-        f"with open({str(kubectl_log)!r}, 'a') as log:\n    log.write(json.dumps(sys.argv[1:]) + '\\n')\n",
+        f"with open({str(kubectl_log)!r}, 'a+') as log:\n"
+        "    log.seek(0)\n    earlier = len(log.readlines())\n    log.write(json.dumps(sys.argv[1:]) + '\\n')\n"
+        f"sys.exit(1 if earlier < {failing_calls} else 0)\n",
     )
     executable(bin_dir / "systemctl", f'#!/bin/sh\necho "$*" >> "{systemctl_log}"\n')
     executable(bin_dir / "sleep", "#!/bin/sh\n:\n")
@@ -157,6 +164,21 @@ def run_registration(tmp_path: Path, command: dict) -> tuple[subprocess.Complete
     kubectl = [json.loads(line) for line in kubectl_log.read_text().splitlines()] if kubectl_log.exists() else []
     systemctl = systemctl_log.read_text().splitlines() if systemctl_log.exists() else []
     return result, kubectl, systemctl, root
+
+
+@pytest.mark.parametrize(("failing_calls", "code"), [(3, 0), (1000, 1)])
+def test_the_registration_is_retried_until_the_node_takes_it(
+    dev: harness.Render, tmp_path: Path, failing_calls: int, code: int
+) -> None:
+    # Right after its join the kubelet may still be registering its Node; `pulumi up` should end
+    # with the cards in place, or say why not.
+    result, kubectl, _, _ = run_registration(tmp_path, registration(dev, "tenant-a-worker-0")["inputs"], failing_calls)
+    assert result.returncode == code, result.stderr
+    if code == 0:
+        assert len(kubectl) > failing_calls
+    else:
+        assert len(kubectl) >= 30  # one attempt every 2 s for a minute
+        assert "could not register the GPUs of tenant-a-worker-0" in result.stderr
 
 
 @pytest.mark.parametrize("worker", sorted(DEV_WORKERS))
