@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from gpu_tenancy import gpus
 from gpu_tenancy.config import StackConfig
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -120,3 +121,12 @@ def test_the_readme_lists_every_policy_at_its_level() -> None:
     readme = (PROJECT_DIR / "README.md").read_text()
     rows = dict(re.findall(r"^\| `([a-z-]+)` \| (mandatory|advisory) \|", readme, flags=re.MULTILINE))
     assert rows == {policy.name: default_level(policy).value for policy in POLICIES}
+
+
+def test_the_readmes_gpu_catalogue_is_the_one_cards_are_registered_from() -> None:
+    # The memory is what quotas and the placement model count against, and what HAMi is told a card has.
+    readme = (PROJECT_DIR / "README.md").read_text()
+    table = readme.split("| model | NVML name | memory (MiB) |\n|---|---|---|\n", 1)[1].split("\n\n", 1)[0]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()]
+    documented = {model: (name.split(" (type ")[0], int(memory)) for model, name, memory in rows}
+    assert documented == {model: (gpu.nvml_name, gpu.memory_mib) for model, gpu in gpus.CATALOGUE.items()}

@@ -214,6 +214,7 @@ def test_webhook_adds_one_gpu_when_only_memory_or_cores_are_given():
 def test_webhook_makes_whole_card_requests_exclusive():
     assert mutate_container(ctr(gpu=1))[0].limits == {GPU: 1, GPUCORES: 100}
     assert mutate_container(ctr(pct=100))[0].limits == {GPUMEM_PERCENTAGE: 100, GPU: 1, GPUCORES: 100}
+    assert mutate_container(ctr(pct=99))[0].limits == {GPUMEM_PERCENTAGE: 99, GPU: 1}  # a share, not the card
     assert mutate_container(ctr(gpu=1, cores=30))[0].limits == {GPU: 1, GPUCORES: 30}
     assert mutate_container(ctr(gpu=1, pct=50))[0].limits == {GPU: 1, GPUMEM_PERCENTAGE: 50}
 
