@@ -203,7 +203,8 @@ EOF
 attempt=1
 while :; do
   for leftover in /etc/kubernetes/kubelet.conf /etc/kubernetes/bootstrap-kubelet.conf /etc/kubernetes/pki/ca.crt; do
-    if [ -e "$leftover" ]; then {RESET_SCRIPT}; break; fi
+    # `|| exit 1`: set -e spares a failure inside an && list.
+    if [ -e "$leftover" ]; then {RESET_SCRIPT} || exit 1; break; fi
   done
   if kubeadm join --config "$config"{ignore}; then
     record

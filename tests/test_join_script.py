@@ -40,6 +40,7 @@ def run_join(
     node: str = NODE,
     ca_cert_hash: str = CA_CERT_HASH,
     unregistered_for: int = 0,
+    reset_fails: bool = False,
 ) -> tuple[int, list[str], Path]:
     """Run the join for ``version``; the Node reports the kubelet in ``state/kubelet-version``.
 
@@ -73,7 +74,7 @@ esac""",
         bin_dir,
         "kubeadm",
         f"""case "$1" in
-  reset) rm -f "{k8s}/kubelet.conf" "{k8s}/bootstrap-kubelet.conf" "{k8s}/pki/ca.crt" ;;
+  reset) {"exit 1" if reset_fails else f'rm -f "{k8s}/kubelet.conf" "{k8s}/bootstrap-kubelet.conf" "{k8s}/pki/ca.crt"'} ;;
   join)
     [ "$2" = --config ] || {{ echo "join without --config" >&2; exit 1; }}
     cp "$3" "{state}/join-config"; stat -c %a "$3" > "{state}/join-config-mode"
@@ -165,6 +166,14 @@ def test_any_one_leftover_of_a_join_is_reset_first(tmp_path: Path, leftover: str
     code, calls, _ = run_join(tmp_path)
     assert code == 0
     assert calls[:2] == ["kubeadm reset", "kubeadm join"]
+
+
+def test_a_leftover_that_cannot_be_reset_stops_the_join(tmp_path: Path) -> None:
+    k8s = tmp_path / "etc" / "kubernetes"
+    (k8s / "pki").mkdir(parents=True)
+    (k8s / "bootstrap-kubelet.conf").write_text("")
+    code, calls, _ = run_join(tmp_path, reset_fails=True)
+    assert code == 1 and calls == ["kubeadm reset"]
 
 
 def test_a_joined_machine_only_gets_its_labels_again(tmp_path: Path) -> None:
