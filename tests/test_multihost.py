@@ -27,11 +27,10 @@ from tools import harness
 
 REMOTE = "command:remote:Command"
 POOL = "kubernetes:metallb.io/v1beta1:IPAddressPool"
-KEY = SSH_KEY
 
 
 def ssh_worker(name: str, host: str, **extra: Any) -> dict[str, Any]:
-    return {"name": name, "ssh": {"host": host, "user": "ubuntu", "privateKey": KEY}, **extra}
+    return {"name": name, "ssh": {"host": host, "user": "ubuntu", "privateKey": SSH_KEY}, **extra}
 
 
 def existing(pool: str | None = "10.0.100.10-10.0.100.50", **tenant: Any) -> dict[str, Any]:
@@ -198,7 +197,7 @@ def test_ssh_worker_is_prepared_over_ssh(prod: harness.Render) -> None:
         "host": "10.0.0.11",
         "port": 22,
         "user": "ubuntu",
-        "privateKey": KEY,
+        "privateKey": SSH_KEY,
     }
     assert prepare["create"] == "sudo -n sh -s"
     script = prepare["stdin"]

@@ -25,7 +25,6 @@ REMOTE = "command:remote:Command"
 UNIQUE = str(uuid.uuid5(uuid.NAMESPACE_URL, "gpu-tenancy:gpu-host-1-owner"))
 OWNER = f"gpu-tenancy/dev/gpu-host-1/{UNIQUE}"
 BINDING = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
-KEY = SSH_KEY
 
 # What containerd.io installs as /etc/containerd/config.toml (docker/containerd-packaging:common/containerd.toml).
 DOCKER_CONFIG = 'disabled_plugins = ["cri"]\n\n#root = "/var/lib/containerd"\n#state = "/run/containerd"\n'
@@ -268,7 +267,7 @@ def ssh_stack(version: str) -> dict[str, Any]:
                 "name": "prod-a",
                 "kubernetesVersion": version,
                 "gpuMode": "nvidia",
-                "workers": [{"name": "gpu-host-1", "ssh": {"host": "10.0.0.11", "user": "ubuntu", "privateKey": KEY}}],
+                "workers": [{"name": "gpu-host-1", "ssh": {"host": "10.0.0.11", "user": "ubuntu", "privateKey": SSH_KEY}}],
             }
         ],
     }
@@ -368,7 +367,7 @@ def test_only_hosts_with_cards_get_nvidias_setup_in_an_nvidia_tenant() -> None:
     stack = ssh_stack("v1.36.4")
     workers = stack["tenants"][0]["workers"]
     workers[0]["gpus"] = [{"model": "H100-80GB", "count": 8}]
-    workers.append({"name": "cpu-host-1", "ssh": {"host": "10.0.0.12", "user": "ubuntu", "privateKey": KEY}})
+    workers.append({"name": "cpu-host-1", "ssh": {"host": "10.0.0.12", "user": "ubuntu", "privateKey": SSH_KEY}})
     render = render_config(stack, show_secrets=True)
     assert "GPU_MODE=nvidia\n" in render.one(REMOTE, "gpu-host-1-prepare")["inputs"]["stdin"]
     assert "GPU_MODE=none\n" in render.one(REMOTE, "cpu-host-1-prepare")["inputs"]["stdin"]
