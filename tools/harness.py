@@ -452,7 +452,7 @@ class _InlineLoop(asyncio.SelectorEventLoop):
     nothing here; without them renders are faster, ordered, and leave no per-thread event loops
     behind (the workaround pulumi/pulumi#7663 discusses for hanging mock tests). The result comes
     back as a finished future, so the awaiting registration goes on at once rather than after a
-    wake-up through the loop's self-pipe (a twentieth of a render's instructions).
+    wake-up through the loop's self-pipe (a fiftieth of a render's instructions).
     """
 
     def run_in_executor(self, executor: Any, func: Callable[..., Any], *args: Any) -> asyncio.Future:
@@ -518,8 +518,8 @@ def _render(
     # where a resource was declared; nothing here shows it, and it is a third of a render's time.
     trace_patch = mock.patch.object(pulumi_resource_runtime, "_get_stack_trace", _no_stack_trace)
     urn_patch = mock.patch.object(pulumi_resource_runtime, "create_urn", _create_urn)
-    # The mock engine hands debug messages to the root logger, which drops them below WARNING;
-    # building a LogRequest for each of the SDK's several per registration costs a fiftieth.
+    # The mock engine hands debug messages to the root logger and nothing here shows them;
+    # building a LogRequest for each of the SDK's several per registration cost a fiftieth.
     debug_patch = mock.patch.object(pulumi.log, "debug", _no_debug_log)
     try:
         with trace_patch, urn_patch, debug_patch:
