@@ -111,8 +111,12 @@ class Hami(pulumi.ComponentResource):
                     # could collide: such a stack cannot add the colliding tenant).
                     f"{name}-quota-namespace",
                     metadata={"name": quota.namespace},
+                    # The team's GPU pods run there (the quota bounds nothing else): a quota moved to
+                    # another namespace or lifted, or a tenant whose last worker left, must not delete
+                    # them with it. With the tenant the namespace goes anyway: its cluster does.
                     opts=pulumi.ResourceOptions.merge(
-                        namespace_opts, pulumi.ResourceOptions(aliases=[pulumi.Alias(name=f"{name}-{quota.namespace}")])
+                        namespace_opts,
+                        pulumi.ResourceOptions(aliases=[pulumi.Alias(name=f"{name}-{quota.namespace}")], retain_on_delete=True),
                     ),
                 )
                 namespace_opts = pulumi.ResourceOptions(parent=self, depends_on=[namespace])
