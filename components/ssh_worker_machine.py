@@ -8,7 +8,7 @@ import pulumi
 import pulumi_command as command
 import pulumi_random as random
 
-from gpu_tenancy import addressing, conventions
+from gpu_tenancy import addressing, conventions, kubeadm
 from gpu_tenancy.config import SshTarget, kubernetes_minor
 from gpu_tenancy.versions import KUBERNETES_PACKAGE_REPOSITORY
 
@@ -149,6 +149,8 @@ systemctl enable kubelet
 # with a default-drop policy the SSH session itself.
 _CLEAN_UP = (
     "kubeadm reset --force || true; "
+    # The tenant's images and pod logs too (kubeadm.SCRUB_SCRIPT): the host may serve another tenant next.
+    f"{kubeadm.SCRUB_SCRIPT} || true; "
     "rm -rf /etc/cni/net.d /var/lib/cni /etc/kubernetes /var/lib/kubelet; "
     "for table in iptables ip6tables; do "
     '"$table-save" | grep -v -e KUBE- -e "cali[-:]" | "$table-restore" || true; done; '

@@ -73,8 +73,20 @@ JOIN_RECORD: Final = f"{MACHINE_STATE_DIR}/joined"
 # machine joining another tenant would report Ready and wire pods into the old tenant's network
 # until the new one's Calico rewrites it.
 RESET_SCRIPT: Final = "kubeadm reset --force && rm -rf /etc/cni/net.d /var/lib/cni"
-# The record goes with the join, once the reset has succeeded (a failed one fails the delete).
-LEAVE_SCRIPT: Final = f"{RESET_SCRIPT} && rm -f {JOIN_RECORD}"
+# What the join a machine last left was made as, kept for the next join to compare.
+LEFT_RECORD: Final = f"{MACHINE_STATE_DIR}/left"
+# The record goes with the join, once the reset has succeeded (a failed one fails the delete),
+# and stays as what the machine left.
+LEAVE_SCRIPT: Final = f"{RESET_SCRIPT} && {{ [ ! -f {JOIN_RECORD} ] || mv -f {JOIN_RECORD} {LEFT_RECORD}; }}"
+# kubeadm reset removes the pods' containers but neither their images nor their logs
+# (kubernetes/kubernetes cmd/kubeadm/app/cmd/phases/reset/cleanupnode.go). On a machine another
+# tenant used, this tenant's pods could run that tenant's private images without pulling them
+# (IfNotPresent, no pull secret) and read its pods' logs through a hostPath: a join to another
+# tenant removes both first. A join to the same one (a new token, a replaced join) keeps them.
+CRI_ENDPOINT: Final = "unix:///run/containerd/containerd.sock"
+SCRUB_SCRIPT: Final = (
+    f"crictl --runtime-endpoint {CRI_ENDPOINT} rmi --all >/dev/null && rm -rf /var/log/pods/* /var/log/containers/*"
+)
 # A machine that has just started (a new worker container) may still be starting containerd.
 RUNTIME_WAIT_SECONDS: Final = 120
 # A restarted kubelet reports its version on the Node within seconds of starting.
@@ -109,7 +121,9 @@ def join_script(
     its old labels through the new registration. Anything else is reset first: another endpoint,
     a new CA at the same address (a control plane made anew), or another node name (a worker
     renamed on the same host, whose kubelet could not even label the new name). A machine joined
-    before the record existed counts by its endpoint alone and is recorded. kubeadm's preflight
+    before the record existed counts by its endpoint alone and is recorded. A machine that served
+    another control plane (another endpoint or CA, joined or left: ``LEFT_RECORD``) loses that
+    tenant's images and pod logs before it joins (``SCRUB_SCRIPT``). kubeadm's preflight
     refuses to join over what a failed join leaves (``bootstrap-kubelet.conf``, ``pki/ca.crt``),
     not only over ``kubelet.conf``.
 
@@ -142,7 +156,7 @@ target_version={version}
 extra="$(sed -n 's/^KUBELET_EXTRA_ARGS=//p' /etc/default/kubelet 2>/dev/null | sed 's/ *--node-labels=[^ ]*//g')"
 echo "KUBELET_EXTRA_ARGS=${{extra:+$extra }}--node-labels={labels}" > /etc/default/kubelet
 identity="$JOIN_ENDPOINT $JOIN_CA_CERT_HASH "{node}
-record() {{ install -d -m 0755 {MACHINE_STATE_DIR} && printf '%s\\n' "$identity" > {JOIN_RECORD}; }}
+record() {{ install -d -m 0755 {MACHINE_STATE_DIR} && printf '%s\\n' "$identity" > {JOIN_RECORD} && rm -f {LEFT_RECORD}; }}
 label_node() {{
   waited=0
   until kubectl --kubeconfig /etc/kubernetes/kubelet.conf label node {node} --overwrite {label_args}; do
@@ -200,12 +214,21 @@ discovery:
 nodeRegistration:
   name: {node}
 EOF
+# The control plane this machine served last, as endpoint and CA: the join it is in or left, or
+# (joined before joins were recorded) the endpoint its kubelet talks to.
+served="$(cut -d' ' -f1,2 {JOIN_RECORD} 2>/dev/null || cut -d' ' -f1,2 {LEFT_RECORD} 2>/dev/null ||
+  sed -n 's|^ *server: https://||p' /etc/kubernetes/kubelet.conf 2>/dev/null || true)"
 attempt=1
 while :; do
   for leftover in /etc/kubernetes/kubelet.conf /etc/kubernetes/bootstrap-kubelet.conf /etc/kubernetes/pki/ca.crt; do
     # `|| exit 1`: set -e spares a failure inside an && list.
     if [ -e "$leftover" ]; then {RESET_SCRIPT} || exit 1; break; fi
   done
+  if [ -n "$served" ] && [ "$served" != "$JOIN_ENDPOINT $JOIN_CA_CERT_HASH" ] && [ "$served" != "$JOIN_ENDPOINT" ]; then
+    echo "this machine served another control plane ($served): removing its images and pod logs" >&2
+    {SCRUB_SCRIPT} || exit 1
+  fi
+  served=""
   if kubeadm join --config "$config"{ignore}; then
     record
     label_node

@@ -20,6 +20,8 @@ LABEL = "kubectl --kubeconfig"
 KIND_KUBELET_ARGS = "--runtime-cgroups=/system.slice/containerd.service"
 NODE = "tenant-a-worker-0"
 CA_CERT_HASH = "sha256:00"
+# How the removal of another tenant's images shows among the calls.
+SCRUB = "crictl --runtime-endpoint"
 
 
 def tool(bin_dir: Path, name: str, body: str) -> None:
@@ -41,6 +43,7 @@ def run_join(
     ca_cert_hash: str = CA_CERT_HASH,
     unregistered_for: int = 0,
     reset_fails: bool = False,
+    scrub_fails: bool = False,
 ) -> tuple[int, list[str], Path]:
     """Run the join for ``version``; the Node reports the kubelet in ``state/kubelet-version``.
 
@@ -89,6 +92,8 @@ esac""",
     echo {version} > "{state}/kubelet-version" ;;
 esac""",
     )
+    # Removes every image the runtime holds (``state/images``, one per line).
+    tool(bin_dir, "crictl", "exit 1" if scrub_fails else f': > "{state}/images"')
     # The Node is found by its first label call after ``unregistered_for`` failed ones.
     tool(
         bin_dir,
@@ -165,7 +170,8 @@ def test_any_one_leftover_of_a_join_is_reset_first(tmp_path: Path, leftover: str
     (k8s / leftover).write_text("" if leftover != "kubelet.conf" else "    server: https://172.18.255.99:6443\n")
     code, calls, _ = run_join(tmp_path)
     assert code == 0
-    assert calls[:2] == ["kubeadm reset", "kubeadm join"]
+    # A kubelet.conf names the control plane the machine served; a failed join's leftovers do not.
+    assert calls[:2] == ["kubeadm reset", SCRUB if leftover == "kubelet.conf" else "kubeadm join"]
 
 
 def test_a_leftover_that_cannot_be_reset_stops_the_join(tmp_path: Path) -> None:
@@ -291,8 +297,8 @@ def test_only_a_machine_joined_to_this_endpoint_counts_as_joined(tmp_path: Path,
     assert code == 0
     if rejoins:
         # A kubelet.conf for another endpoint is a join to undo: reset, then join this tenant,
-        # without the earlier tenant's pod network (kubeadm reset leaves it).
-        assert calls == ["kubeadm reset", "kubeadm join", LABEL]
+        # without the earlier tenant's pod network (kubeadm reset leaves it), images or logs.
+        assert calls == ["kubeadm reset", SCRUB, "kubeadm join", LABEL]
         assert (tmp_path / "state" / "joins").read_text().strip() == "2"
         assert not cni_config.exists() and not cni_state.exists()
     else:
@@ -347,7 +353,9 @@ def test_a_machine_joined_at_this_endpoint_under_another_ca_or_name_joins_again(
     (tmp_path / "log").unlink()
     code, calls, etc = run_join(tmp_path, **change)
     assert code == 0
-    assert (calls == ["kubeadm reset", "kubeadm join", LABEL]) == rejoins
+    # A new CA may be another tenant's at a reused address: its images go too. A new name does not.
+    rejoin = ["kubeadm reset", *([SCRUB] if "ca_cert_hash" in change else []), "kubeadm join", LABEL]
+    assert (calls == rejoin) == rejoins
     wanted = {"ca_cert_hash": CA_CERT_HASH, "node": NODE, **change}
     assert join_record(etc) == f"{ENDPOINT} {wanted['ca_cert_hash']} {wanted['node']}\n"
 
@@ -369,7 +377,7 @@ def test_a_machine_joined_before_records_to_an_endpoint_that_starts_with_this_on
     (tmp_path / "log").unlink()
     code, calls, _ = run_join(tmp_path)
     assert code == 0
-    assert calls == ["kubeadm reset", "kubeadm join", LABEL]
+    assert calls == ["kubeadm reset", SCRUB, "kubeadm join", LABEL]
 
 
 def test_a_fresh_join_labels_its_node_too(tmp_path: Path) -> None:
@@ -390,3 +398,61 @@ def test_a_node_that_never_registers_fails_the_join(tmp_path: Path) -> None:
     code, _, _ = run_join(tmp_path, unregistered_for=1000)
     assert code == 1
     assert int((tmp_path / "state" / "label-calls").read_text()) == kubeadm.NODE_REGISTER_WAIT_SECONDS // 2 + 1
+
+
+def leave(tmp_path: Path) -> int:
+    """kubeadm.LEAVE_SCRIPT on the machine of ``run_join(tmp_path)``, as a join's delete runs it."""
+    script = kubeadm.LEAVE_SCRIPT.replace("/etc/", f"{tmp_path}/etc/").replace("/var/", f"{tmp_path}/var/")
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "LOG": str(tmp_path / "log")}
+    return subprocess.run(["sh", "-c", script], env=env, timeout=30, check=False).returncode
+
+
+def pods_of_the_earlier_tenant(tmp_path: Path) -> tuple[Path, Path]:
+    """An image in the runtime and a pod log, as the earlier tenant's pods leave them."""
+    images, logs = tmp_path / "state" / "images", tmp_path / "var" / "log" / "pods" / "default_job_uid"
+    images.write_text("registry.example/team-a/private:1\n")
+    logs.mkdir(parents=True)
+    (logs / "0.log").write_text("the earlier tenant's\n")
+    return images, logs
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "ca_cert_hash", "scrubs"),
+    [
+        ("172.18.255.231:6443", CA_CERT_HASH, True),  # another tenant
+        (ENDPOINT, "sha256:11", True),  # a new control plane at the address, maybe another tenant's
+        (ENDPOINT, CA_CERT_HASH, False),  # the same one again (a replaced join, a new token)
+    ],
+)
+def test_a_machine_that_left_another_tenant_loses_its_images_and_pod_logs_before_joining(
+    tmp_path: Path, endpoint: str, ca_cert_hash: str, scrubs: bool
+) -> None:
+    assert run_join(tmp_path)[0] == 0
+    images, logs = pods_of_the_earlier_tenant(tmp_path)
+    assert leave(tmp_path) == 0
+    (tmp_path / "log").unlink()
+    code, calls, etc = run_join(tmp_path, endpoint=endpoint, ca_cert_hash=ca_cert_hash)
+    assert code == 0
+    assert calls == [*([SCRUB] if scrubs else []), "kubeadm join", LABEL]
+    assert (images.read_text() == "") is scrubs
+    assert logs.exists() is not scrubs
+    # The join now recorded is what the next one compares with.
+    assert join_record(etc) == f"{endpoint} {ca_cert_hash} {NODE}\n"
+    assert not (etc / kubeadm.LEFT_RECORD.removeprefix("/etc/")).exists()
+
+
+def test_a_machine_joined_to_another_tenant_is_reset_before_its_images_go(tmp_path: Path) -> None:
+    # The images of running pods could not be removed: the reset removes their containers first.
+    assert run_join(tmp_path, endpoint="172.18.255.231:6443")[0] == 0
+    images, _ = pods_of_the_earlier_tenant(tmp_path)
+    (tmp_path / "log").unlink()
+    code, calls, _ = run_join(tmp_path)
+    assert code == 0 and calls == ["kubeadm reset", SCRUB, "kubeadm join", LABEL]
+    assert images.read_text() == ""
+
+
+def test_images_that_cannot_be_removed_stop_the_join(tmp_path: Path) -> None:
+    assert run_join(tmp_path, endpoint="172.18.255.231:6443")[0] == 0
+    (tmp_path / "log").unlink()
+    code, calls, _ = run_join(tmp_path, scrub_fails=True)
+    assert code == 1 and calls == ["kubeadm reset", SCRUB]

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from components.ssh_worker_machine import _CLEAN_UP, _PREPARE
+from gpu_tenancy import kubeadm
 from gpu_tenancy.config import ConfigError, StackConfig
 from tests import fidelity
 from tests.conftest import (
@@ -510,3 +511,10 @@ def test_ssh_steps_undo_the_old_step_before_a_replacement_runs(multihost: harnes
     assert {step["name"].rsplit("-", 1)[-1] for step in steps} == {"prepare", "join"}
     for step in steps:
         assert step["options"]["deleteBeforeReplace"] is True, step["name"]
+
+
+def test_a_host_removed_from_the_stack_loses_its_tenants_images_and_pod_logs() -> None:
+    # kubeadm reset leaves them; the host may serve another tenant next. After the reset: the
+    # images of running pods could not be removed.
+    assert f"{kubeadm.SCRUB_SCRIPT} || true" in _CLEAN_UP
+    assert _CLEAN_UP.index("kubeadm reset") < _CLEAN_UP.index(kubeadm.SCRUB_SCRIPT)

@@ -346,7 +346,8 @@ def test_a_leaving_worker_resets_kubeadm_and_gets_no_right_to_delete_nodes(dev: 
     join = dev.one(COMMAND, "tenant-a-worker-0-join")
     assert join["inputs"]["delete"] == (
         "docker exec tenant-a-worker-0 sh -c "
-        "'kubeadm reset --force && rm -rf /etc/cni/net.d /var/lib/cni && rm -f /etc/gpu-tenancy/joined' || true"
+        "'kubeadm reset --force && rm -rf /etc/cni/net.d /var/lib/cni && "
+        "{ [ ! -f /etc/gpu-tenancy/joined ] || mv -f /etc/gpu-tenancy/joined /etc/gpu-tenancy/left; }' || true"
     )
     assert dev.find("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole") == []
     assert "NodeRestriction" in dev.one(TCP, "tenant-a")["inputs"]["spec"]["kubernetes"]["admissionControllers"]
