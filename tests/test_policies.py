@@ -961,10 +961,17 @@ CASES = [
                 {"type": "bind", "source": "/", "target": "/host"},
                 {"type": "bind", "source": "/usr/local/bin", "target": "/b"},  # writable programs
                 {"type": "volume", "source": "cache", "target": "/c"},
+                # The local driver's bind: a bind mount under another name.
+                {
+                    "type": "volume",
+                    "target": "/e",
+                    "volumeOptions": {"driverOptions": {"type": "none", "o": "bind", "device": "/etc"}},
+                },
             ],
         ),
         "container debug runs with pidMode host, capability CAP_SYS_ADMIN, host path /etc/kubernetes, host path /var/lib, "
-        "host path /etc/ssl (read-only), host path /, host path /usr/local/bin, as good as privileged",
+        "host path /etc/ssl (read-only), host path /, host path /usr/local/bin, host path /etc, as good as privileged",
+        findings=2,  # the bind of / holds the engines' sockets too
     ),
     Case(
         # Devices and host paths a node needs, on a node image that is not privileged: nothing to hold against it.
@@ -980,6 +987,34 @@ CASES = [
             {"hostPath": "/var/run/docker.sock", "containerPath": "/var/run/docker.sock"}
         ),
         "container tenant-a-worker-0 mounts /var/run/docker.sock, the container engine's socket",
+    ),
+    Case(
+        # The directory holds the socket just the same.
+        "worker-with-the-run-directory",
+        "privileged-containers-are-nodes",
+        lambda d: record(d, CONTAINER, "tenant-a-worker-0")["inputs"]["volumes"].append(
+            {"hostPath": "/run/containerd/", "containerPath": "/host-run"}
+        ),
+        "container tenant-a-worker-0 mounts /run/containerd/, a directory of engine sockets",
+    ),
+    Case(
+        "socket-through-a-volume-driver-bind",
+        "privileged-containers-are-nodes",
+        lambda d: extra_container(
+            d,
+            "helper",
+            privileged=False,
+            image="alpine:3.20",
+            mounts=[
+                {
+                    "type": "volume",
+                    "target": "/s",
+                    "volumeOptions": {"driverOptions": {"type": "none", "o": "bind", "device": "/var/run/docker.sock/."}},
+                }
+            ],
+        ),
+        "container helper mounts /var/run/docker.sock/., the container engine's socket",
+        findings=2,  # and a host path of /var/run: as good as privileged
     ),
     # hami-on-tenants-only
     Case("dev", "hami-on-tenants-only", same, None),

@@ -59,19 +59,41 @@ _HOST_PATHS = (
 # The host's programs: root the next time the host runs one, unless mounted read-only (as a node's /lib/modules).
 _PROGRAM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib64")
 _SOCKETS = ("docker.sock", "containerd.sock", "podman.sock", "crio.sock")
+# Where the engines put them: a bind of any of these directories (or of a parent) hands the socket over too.
+_SOCKET_PATHS = (
+    *("/run/docker.sock", "/var/run/docker.sock", "/run/containerd/containerd.sock", "/var/run/containerd/containerd.sock"),
+    *("/run/podman/podman.sock", "/var/run/podman/podman.sock", "/run/crio/crio.sock", "/var/run/crio/crio.sock"),
+)
 
 
 def _host_paths(container: ResourceView) -> list[tuple[str, bool]]:
-    """(host path, read-only) of each bind into the container (``volumes`` with a host path, ``mounts`` of type bind)."""
+    """(host path, read-only) of each bind into the container: ``volumes`` with a host path,
+    ``mounts`` of type bind, and ``mounts`` of type volume that the local driver binds to a host
+    path (``driverOptions`` ``o: bind``, ``device``), which is the same bind under another name."""
     found = []
     for volume in container.get("volumes", default=[]) or []:
         path = volume.get("hostPath") if isinstance(volume, dict) else None
         if isinstance(path, str) and path:
             found.append((path, volume.get("readOnly") is True))
     for mount in container.get("mounts", default=[]) or []:
-        if isinstance(mount, dict) and mount.get("type") == "bind" and isinstance(mount.get("source"), str):
-            found.append((mount["source"], mount.get("readOnly") is True))
+        if not isinstance(mount, dict):
+            continue
+        read_only = mount.get("readOnly") is True
+        if mount.get("type") == "bind" and isinstance(mount.get("source"), str):
+            found.append((mount["source"], read_only))
+        options = mount.get("volumeOptions") if mount.get("type") == "volume" else None
+        driver = options.get("driverOptions") if isinstance(options, dict) else None
+        if isinstance(driver, dict) and "bind" in str(driver.get("o", "")).split(","):
+            device = driver.get("device")
+            if isinstance(device, str) and device:
+                found.append((device, read_only))
     return found
+
+
+def _hands_over_a_socket(given: str) -> bool:
+    """A socket itself, wherever it lies, or a directory holding one where the engines put them."""
+    path = _normal(given)
+    return path.endswith(_SOCKETS) or any(_within(socket, path) for socket in _SOCKET_PATHS)
 
 
 def _normal(path: str) -> str:
@@ -108,9 +130,10 @@ def check(stack: StackView, node_repositories: Iterable[str]) -> Iterator[Findin
     for container in stack.of_type(kinds.CONTAINER):
         name = container.get("name") or container.name
         for path, _ in _host_paths(container):
-            if path.rstrip("/").endswith(_SOCKETS):
+            if _hands_over_a_socket(path):
+                what = "the container engine's socket" if _normal(path).endswith(_SOCKETS) else "a directory of engine sockets"
                 yield Finding(
-                    f"container {name} mounts {path}, the container engine's socket: whoever runs in it drives every "
+                    f"container {name} mounts {path}, {what}: whoever runs in it drives every "
                     "container on the host, other tenants' workers included",
                     container.urn,
                 )
