@@ -8,6 +8,7 @@ import pulumi
 from pulumi.runtime.config import CONFIG, get_config_env, is_config_secret
 
 from gpu_tenancy.config import CONFIG_NAMESPACE, ConfigError, StackConfig, config_value, misspelt_namespaces
+from gpu_tenancy.stack_file import is_file, read_stack_file, stack_file
 
 
 class StackConfigError(pulumi.RunError):
@@ -35,13 +36,27 @@ def read_stack_config() -> StackConfig:
         stack_config = StackConfig.load(raw, secret_keys=secret)
     except ConfigError as error:
         raise StackConfigError(str(error)) from None
-    for path in stack_config.plaintext_secrets(secret):
+    for path in stack_config.plaintext_secrets(secret, _stack_file_values()):
         # State keeps it encrypted (the program wraps it as a secret); the stack file does not.
         pulumi.log.warn(
             f"{path} is in plain text in Pulumi.{pulumi.get_stack()}.yaml, and in its history if committed; set it "
             f"again as a secret: pulumi config set --secret --path '{CONFIG_NAMESPACE}:{path}' < FILE"
         )
     return stack_config
+
+
+def _stack_file_values() -> dict[str, Any] | None:
+    """This stack's ``Pulumi.<stack>.yaml`` as written (encrypted values as placeholders), by
+    ``gpu-tenancy`` key: the config tells only which top-level keys hold a secret somewhere."""
+    path = stack_file(pulumi.get_stack())
+    if not is_file(path):
+        return None
+    try:
+        values, _ = read_stack_file(path, whole_secrets=True)
+    except ConfigError:  # the CLI read it; a file this reader refuses only goes unchecked
+        return None
+    prefix = f"{CONFIG_NAMESPACE}:"
+    return {key.removeprefix(prefix): value for key, value in values.items() if key.startswith(prefix)}
 
 
 def fail(error: ConfigError) -> StackConfigError:

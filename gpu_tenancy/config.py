@@ -12,7 +12,7 @@ import ipaddress
 import json
 import re
 import socket
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Annotated, Any, ClassVar, Final, Literal
@@ -386,6 +386,19 @@ class _Model(BaseModel):
 NonBlank = Annotated[str, AfterValidator(_not_blank)]
 
 
+def _at(document: Mapping[str, Any], path: str) -> Any:
+    """The value at ``tenants[0].workers[1].ssh.privateKey`` in ``document``, or None."""
+    value: Any = document
+    for name, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", path):
+        if name and isinstance(value, Mapping):
+            value = value.get(name)
+        elif index and isinstance(value, list) and int(index) < len(value):
+            value = value[int(index)]
+        else:
+            return None
+    return value
+
+
 def secure_placeholder(ciphertext: str) -> str:
     """What the offline tools read where a stack file holds an encrypted (``secure:``) value."""
     return f"<secure value {ciphertext[:12]}…>"
@@ -694,15 +707,21 @@ class StackConfig(_Model):
             raise ConfigError(problems)
         return config
 
-    def plaintext_secrets(self, secret_keys: Collection[str]) -> list[str]:
+    def plaintext_secrets(self, secret_keys: Collection[str], stack_file: Mapping[str, Any] | None = None) -> list[str]:
         """The secrets this config holds in plain text, by path: under a key the stack does not
-        mark secret (a secret set with ``--path`` marks its whole top-level key)."""
-        paths = []
-        if self.management.kubeconfig is not None and "management" not in secret_keys:
-            paths.append("management.kubeconfig")
-        if "tenants" not in secret_keys:
-            paths.extend(f"{path}.privateKey" for path, _ in self._ssh_targets())
-        return paths
+        mark secret, or written out in ``stack_file`` (its ``gpu-tenancy`` keys as read offline,
+        encrypted values as placeholders) at their own path. A secret set with ``--path`` marks its
+        whole top-level key, so only the file tells a plain key beside an encrypted one."""
+        secrets = []
+        if self.management.kubeconfig is not None:
+            secrets.append(("management.kubeconfig", self.management.kubeconfig))
+        secrets.extend((f"{path}.privateKey", ssh.private_key) for path, ssh in self._ssh_targets())
+        return [
+            path
+            for path, value in secrets
+            if path.split(".")[0].split("[")[0] not in secret_keys
+            or (stack_file is not None and not is_secure_placeholder(value) and _at(stack_file, path) == value)
+        ]
 
     def tenant(self, name: str) -> Tenant:
         return next(tenant for tenant in self.tenants if tenant.name == name)
