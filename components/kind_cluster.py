@@ -104,6 +104,16 @@ _CREATE = (
       "'kind delete cluster --name $KIND_CLUSTER', or set gpu-tenancy:management.name to another name." >&2
     exit 1
   fi
+  # A node image the stack no longer names: kind cannot change it in place, and a new cluster
+  # would take every tenant's control plane and data with the old one. Only --replace does that.
+  running="$(docker inspect --format '{{{{.Config.Image}}}}' "$node")"
+  if [ "$running" != "$KIND_NODE_IMAGE" ]; then
+    echo "error: kind cluster $KIND_CLUSTER runs $running and this stack asks for $KIND_NODE_IMAGE; kind cannot" \\
+      "change a node's image, and a new cluster loses every tenant's control plane and data. Keep this one with" \\
+      "gpu-tenancy:management.nodeImage: $running, or replace it on purpose: pulumi up --replace <urn of" \\
+      "$KIND_CLUSTER's *-kind-cluster command> (pulumi stack --show-urns lists it)" >&2
+    exit 1
+  fi
   echo "kind cluster $KIND_CLUSTER already exists and belongs to this stack; adopting it" >&2
 else
   kind create cluster --name "$KIND_CLUSTER" --config - --kubeconfig "$scratch/kubeconfig" --wait 5m >&2
@@ -214,14 +224,16 @@ class KindCluster(pulumi.ComponentResource):
             create=_CREATE,
             delete=_DELETE,
             stdin=kind_config(node_image),
-            environment={"KIND_CLUSTER": cluster_name, "KIND_OWNER": owner.result},
+            environment={"KIND_CLUSTER": cluster_name, "KIND_OWNER": owner.result, "KIND_NODE_IMAGE": node_image},
             logging=command.local.Logging.STDERR,
             opts=pulumi.ResourceOptions(
                 parent=self,
                 additional_secret_outputs=["stdout"],
-                # A new node image or name is a new cluster; kind cannot change one in place. A
-                # new owner is an update: the create script then marks the cluster it has.
-                replace_on_changes=["stdin", "environment.KIND_CLUSTER"],
+                # A new name is a new cluster. A new node image is an update that the create script
+                # refuses (kind cannot change one in place, and a replacement deletes every tenant):
+                # a new default in a release must not take the cluster with it; `--replace` does.
+                # A new owner is an update too: the create script then marks the cluster it has.
+                replace_on_changes=["environment.KIND_CLUSTER"],
                 delete_before_replace=True,
             ),
         )

@@ -20,6 +20,7 @@ from tests.shell import assert_valid_machine_script, executable
 
 OWNER = "6f1c2d3e-0000-4000-8000-00000000abcd"  # the stack's RandomUuid
 KUBECONFIG = "apiVersion: v1\n    certificate-authority-data: LIVE-CA\n"  # what the stand-in kind prints
+IMAGE = "kindest/node:v1.36.4@sha256:099e049362a1526b2db71494e1947aae99bd16290d7c895f2b7ea312e3cbfaed"
 
 
 def run(
@@ -34,6 +35,7 @@ def run(
     previous_stdout: str | None = None,
     docker_down: bool = False,
     version: str = "Docker version 28.3.2, build 578ccf6",
+    running_image: str = IMAGE,
 ) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     """Run ``script`` with a cluster ``kamaji`` that ``exists`` and whose node holds ``owner``."""
     state, bin_dir = tmp_path / "state", tmp_path / "bin"
@@ -67,12 +69,14 @@ case "$1" in
   info) echo '{security}' ;;
   context) echo '{context}' ;;
   -v) echo '{version}' ;;
+  inspect) [ "$4" = kamaji-control-plane ] || exit 1; echo '{running_image}' ;;
 esac""",
     )
     env = {
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "KIND_CLUSTER": "kamaji",
         "KIND_OWNER": OWNER,
+        "KIND_NODE_IMAGE": IMAGE,
         "KIND_EXPERIMENTAL_PROVIDER": "podman",
         "KIND_EXPERIMENTAL_DOCKER_NETWORK": "elsewhere",
     }
@@ -109,6 +113,21 @@ def test_this_stacks_cluster_is_adopted_without_a_second_create(tmp_path: Path) 
     assert "adopting it" in result.stderr
     assert not [line for line in log if line.startswith("kind create")]
     assert result.stdout == KUBECONFIG
+
+
+@pytest.mark.parametrize("previous_stdout", [None, KUBECONFIG])
+def test_a_new_node_image_is_refused_rather_than_a_new_cluster(tmp_path: Path, previous_stdout: str | None) -> None:
+    # A release with a new default image, or a nodeImage edited: the cluster holds every tenant.
+    running = "kindest/node:v1.36.4"
+    result, log = run(
+        kind_cluster._CREATE, tmp_path, exists=True, owner=OWNER, previous_stdout=previous_stdout, running_image=running
+    )
+    assert result.returncode == 1
+    assert f"kind cluster kamaji runs {running} and this stack asks for {IMAGE}" in result.stderr
+    assert f"gpu-tenancy:management.nodeImage: {running}" in result.stderr
+    assert "pulumi up --replace" in result.stderr
+    assert not [line for line in log if line.startswith(("kind create", "kind delete"))]
+    assert result.stdout == ""  # no kubeconfig: the command fails and the state keeps the old one
 
 
 @pytest.mark.parametrize("owner", [None, "0a0b0c0d-1111-4111-8111-000000000000"])

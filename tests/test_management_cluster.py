@@ -16,13 +16,16 @@ L2 = "kubernetes:metallb.io/v1beta1:L2Advertisement"
 def test_kind_cluster_is_created_from_config_on_stdin_and_deleted_on_destroy(dev: harness.Render) -> None:
     kind = dev.one(COMMAND, "gpu-tenancy-management-kind-cluster")["inputs"]
     # The owner (a UUID kept in the stack's state) marks the cluster as this stack's, so destroy
-    # never deletes someone else's; only a new name or node image replaces the cluster.
+    # never deletes someone else's; only a new name replaces the cluster (a new node image is an
+    # update that the create script refuses: tests/test_kind_scripts.py).
     owner = dev.one("random:index/randomUuid:RandomUuid", "gpu-tenancy-management-kind-owner")
     assert owner["urn"] in dev.one(COMMAND, "gpu-tenancy-management-kind-cluster")["dependencies"]
-    assert set(kind["environment"]) == {"KIND_CLUSTER", "KIND_OWNER"} and kind["environment"]["KIND_CLUSTER"] == "kamaji"
+    assert set(kind["environment"]) == {"KIND_CLUSTER", "KIND_OWNER", "KIND_NODE_IMAGE"}
+    assert kind["environment"]["KIND_CLUSTER"] == "kamaji"
+    assert kind["environment"]["KIND_NODE_IMAGE"] == versions.DEFAULT_NODE_IMAGE
     assert len(kind["environment"]["KIND_OWNER"]) == 36
     options = dev.one(COMMAND, "gpu-tenancy-management-kind-cluster")["options"]
-    assert options["replaceOnChanges"] == ["stdin", "environment.KIND_CLUSTER", "triggers[*]"]
+    assert options["replaceOnChanges"] == ["environment.KIND_CLUSTER", "triggers[*]"]
     # Created first, the replacement would adopt the old cluster (same owner) and the old one's
     # delete would then remove it from under the new state.
     assert options["deleteBeforeReplace"] is True
