@@ -344,6 +344,15 @@ _hami_chart = _chart_at_least("HAMi", OLDEST_HAMI_CHART, "with the mock device p
 # pool's autoAssign off such a Service would never get an address.
 OLDEST_METALLB_CHART: Final = (0, 14, 9)
 _metallb_chart = _chart_at_least("MetalLB", OLDEST_METALLB_CHART, "that reads the metallb.io/loadBalancerIPs annotation")
+# The program installs Calico's CRDs from their own chart, crd.projectcalico.org.v1, first published
+# with Calico 3.32 (3.31's upgrade guide still applies operator-crds.yaml with kubectl).
+OLDEST_CALICO_CHART: Final = (3, 32, 0)
+_calico_chart = _chart_at_least("Calico", OLDEST_CALICO_CHART, "with its CRDs as a chart of their own")
+# cert-manager's CRDs come with its chart through crds.enabled, which replaced installCRDs in 1.15
+# (cert-manager v1.15.0 release notes; cert-manager/website#1491). An older chart ignores it and
+# installs no CRDs, so Kamaji's Issuer and Certificate would fail.
+OLDEST_CERT_MANAGER_CHART: Final = (1, 15, 0)
+_cert_manager_chart = _chart_at_least("cert-manager", OLDEST_CERT_MANAGER_CHART, "with the crds.enabled value")
 
 
 # A Docker image tag, optionally with the digest that pins what it names.
@@ -547,12 +556,14 @@ class Management(_Model):
 
 
 class Versions(_Model):
-    cert_manager: ChartVersion = versions.DEFAULT_CHART_VERSIONS["certManager"]
+    cert_manager: Annotated[str, AfterValidator(_version), AfterValidator(_cert_manager_chart)] = versions.DEFAULT_CHART_VERSIONS[
+        "certManager"
+    ]
     metallb: Annotated[str, AfterValidator(_version), AfterValidator(_metallb_chart)] = versions.DEFAULT_CHART_VERSIONS["metallb"]
     kamaji: ChartVersion = versions.DEFAULT_CHART_VERSIONS["kamaji"]
     kamaji_etcd: ChartVersion = versions.DEFAULT_CHART_VERSIONS["kamajiEtcd"]
     hami: Annotated[str, AfterValidator(_version), AfterValidator(_hami_chart)] = versions.DEFAULT_CHART_VERSIONS["hami"]
-    calico: ChartVersion = versions.DEFAULT_CHART_VERSIONS["calico"]
+    calico: Annotated[str, AfterValidator(_version), AfterValidator(_calico_chart)] = versions.DEFAULT_CHART_VERSIONS["calico"]
     # Kamaji pairs Konnectivity with the tenant minor (v0.<minor>.0); pin an older one here when
     # that image is not yet published for the newest Kubernetes minor.
     konnectivity: Annotated[str, AfterValidator(_version), AfterValidator(_konnectivity)] | None = None

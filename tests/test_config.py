@@ -347,13 +347,20 @@ def test_management_node_image_from_a_registry_with_a_port_or_digest(image: str)
         ("metallb", "v0.13.12", True),
         ("metallb", "0.14.9", False),
         ("metallb", "0.16.1", False),
+        ("calico", "v3.31.5", True),
+        ("calico", "v3.32.0", False),
+        ("certManager", "v1.14.5", True),
+        ("certManager", "v1.15.0", False),
     ],
 )
 def test_charts_older_than_what_the_program_relies_on_are_refused(key: str, version: str, refused: bool) -> None:
-    # HAMi: the mock device plugin; MetalLB: the metallb.io/loadBalancerIPs annotation the VIPs use.
+    # HAMi: the mock device plugin; MetalLB: the metallb.io/loadBalancerIPs annotation the VIPs use;
+    # Calico: its CRD chart; cert-manager: crds.enabled.
     why = {
         "hami": "HAMi chart {version} is older than 2.8.0, the first with the mock device plugin",
         "metallb": "MetalLB chart {version} is older than 0.14.9, the first that reads the metallb.io/loadBalancerIPs annotation",
+        "calico": "Calico chart {version} is older than 3.32.0, the first with its CRDs as a chart of their own",
+        "certManager": "cert-manager chart {version} is older than 1.15.0, the first with the crds.enabled value",
     }
     raw = dev_config()
     raw["versions"] = {key: version}
@@ -376,7 +383,7 @@ def test_versions_must_be_exact_not_helm_ranges(key: str, version: str) -> None:
 @pytest.mark.parametrize("version", ["0.0.0+latest", "v1.21.2", "3.0.0-alpha.1+build.7", "v0.34.0"])
 def test_exact_versions_with_pre_release_or_build_are_accepted(version: str) -> None:
     raw = dev_config()
-    raw["versions"] = {"kamaji": version, "calico": version}
+    raw["versions"] = {"kamaji": version, "kamajiEtcd": version}
     assert not [path for path, _ in problems_or_none(raw) if path.startswith("versions.")]
 
 
