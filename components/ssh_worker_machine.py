@@ -50,6 +50,22 @@ printf '%s\\n' "${conventions.ENV_OWNER}" > {OWNER_FILE}
     + """export DEBIAN_FRONTEND=noninteractive
 # A freshly booted host is often busy with unattended-upgrades: wait for its dpkg lock instead of failing.
 apt_get() { apt-get -o DPkg::Lock::Timeout=600 "$@"; }
+# apt-get update and dpkg --configure do not wait for the locks another apt run holds (the timeout
+# above covers only dpkg's frontend lock; apt-daily and cloud-init refresh the lists at boot):
+# they are retried for as long, 10 s apart. Any other failure stops the preparation at once.
+waiting_for_locks() {
+  waited=0
+  until out="$("$@" 2>&1)"; do
+    case "$out" in
+      *"Could not get lock"* | *"locked by another process"*) ;;
+      *) printf '%s\n' "$out" >&2; return 1 ;;
+    esac
+    [ "$waited" -lt 600 ] || { printf '%s\n' "$out" >&2; return 1; }
+    echo "waiting for another apt or dpkg run to finish: $*" >&2
+    sleep 10; waited=$((waited + 10))
+  done
+  printf '%s\n' "$out" >&2
+}
 
 # Kernel modules and sysctls kubelet and the pod network need, now and after a reboot.
 printf 'overlay\\nbr_netfilter\\n' > /etc/modules-load.d/gpu-tenancy.conf
@@ -77,7 +93,12 @@ case "$(dpkg-query -W -f='${Status}' containerd.io 2>/dev/null || true)" in
   *" ok installed") echo "containerd.io (Docker CE) is installed: kubelet uses its containerd" >&2 ;;
   *) set -- containerd "$@" ;;
 esac
-apt_get update -q
+# A run cut short while dpkg unpacked or configured (a reboot, a lost session) leaves dpkg's journal,
+# and apt then refuses every install ("dpkg was interrupted") until dpkg finishes that work.
+if [ -n "$(ls -A /var/lib/dpkg/updates 2>/dev/null)" ]; then
+  waiting_for_locks dpkg --force-confdef --force-confold --configure -a
+fi
+waiting_for_locks apt_get update -q
 # --no-remove: a conflict with what the host already runs fails here instead of removing it.
 apt_get install -y -q --no-install-recommends --no-remove "$@"
 # containerd.io's own config.toml disables the CRI plugin kubelet talks to: it is replaced too.
@@ -132,7 +153,7 @@ if [ ! -s "$keyring" ]; then
   mv "$keyring.new" "$keyring"
 fi
 echo "deb [signed-by=$keyring] $repository /" > /etc/apt/sources.list.d/kubernetes.list
-apt_get update -q
+waiting_for_locks apt_get update -q
 package_version="$(apt-cache madison kubeadm | awk -v v="${KUBERNETES_VERSION#v}-" 'index($3, v) == 1 { print $3; exit }')"
 [ -n "$package_version" ] || { echo "kubeadm $KUBERNETES_VERSION is not in $repository" >&2; exit 1; }
 apt-mark unhold kubelet kubeadm kubectl >/dev/null 2>&1 || true

@@ -51,12 +51,18 @@ def run_prepare(
     version: str = "v1.36.4",
     cgroup_v2: bool = True,
     owner_on_host: str | None = None,
+    lists_locked_for: int = 0,
+    update_error: str | None = None,
+    dpkg_interrupted: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """The preparation on a host whose dpkg reports ``containerd.io`` in state ``containerd_io``.
 
     The apt-get stand-in acts as apt does with ``-y``: asked for the distribution's containerd
     while containerd.io is on the host, it removes containerd.io (and docker-ce, which needs it),
-    unless ``--no-remove`` makes it refuse.
+    unless ``--no-remove`` makes it refuse. ``apt-get update`` finds the package lists locked by
+    another apt run its first ``lists_locked_for`` times, or fails with ``update_error``; with
+    ``dpkg_interrupted`` dpkg's journal holds a cut-short run, and installs are refused until
+    ``dpkg --configure -a`` finishes it. /var/lib/dpkg is moved into ``tmp_path``.
     """
     etc = tmp_path / "etc"
     for directory in ("modules-load.d", "sysctl.d", "apt/sources.list.d", "containerd/conf.d"):
@@ -75,6 +81,10 @@ def run_prepare(
         (etc / "containerd" / "conf.d" / "99-nvidia.toml").write_text(drop_in)
     state = tmp_path / "state"
     state.mkdir(exist_ok=True)
+    journal = tmp_path / "var" / "lib" / "dpkg" / "updates"
+    journal.mkdir(parents=True, exist_ok=True)
+    if dpkg_interrupted:
+        (journal / "0001").write_text("the unpack a reboot cut short\n")
     (state / "containerd.io").write_text(containerd_io or "")
     (state / "default.toml").write_text(CONTAINERD_DEFAULT)
     bin_dir = tmp_path / "bin"
@@ -83,7 +93,19 @@ def run_prepare(
         "dpkg-query": f'status=$(cat "{state}/containerd.io")\n'
         '[ -n "$status" ] || { echo "dpkg-query: no packages found matching $4" >&2; exit 1; }\n'
         'printf %s "$status"',
-        "apt-get": f"""case " $* " in *" install "*" containerd "*)
+        "apt-get": f"""case " $* " in *" update "*)
+  n=$(cat "{state}/updates" 2>/dev/null || echo 0); echo $((n + 1)) > "{state}/updates"
+  if [ "$n" -lt {lists_locked_for} ]; then
+    echo "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 812 (apt-get)" >&2; exit 100
+  fi
+  {f"echo 'E: {update_error}' >&2; exit 100" if update_error else ":"} ;;
+esac
+case " $* " in *" install "*)
+  if [ -n "$(ls -A "{journal}")" ]; then
+    echo "E: dpkg was interrupted, you must manually run 'dpkg --configure -a' to correct the problem." >&2; exit 100
+  fi ;;
+esac
+case " $* " in *" install "*" containerd "*)
   if [ -n "$(cat "{state}/containerd.io")" ]; then
     case " $* " in *" --no-remove "*) echo "E: Packages need to be removed but remove is disabled." >&2; exit 100 ;; esac
     : > "{state}/containerd.io"; echo "apt-get removed containerd.io docker-ce" >> "$LOG"
@@ -113,6 +135,8 @@ if [ -e "$out" ] && [ -z "$yes" ]; then echo "gpg: cannot open '/dev/tty': No su
 echo key > "$out"
 """,
         "systemctl": ":",
+        "dpkg": f'[ "$*" = "--force-confdef --force-confold --configure -a" ] && rm -f "{journal}"/*',
+        "sleep": ":",
     }
     if nvidia_ctk is not None:
         stand_ins["nvidia-ctk"] = nvidia_ctk
@@ -121,7 +145,13 @@ echo key > "$out"
     for name in ("modprobe", "sysctl", "swapoff", "apt-mark", "curl", "nvidia-smi", *stand_ins):
         executable(bin_dir / name, f'#!/bin/sh\necho "{name} $*" >> "$LOG"\n{stand_ins.get(name, ":")}\n')
     return subprocess.run(
-        ["sh", "-c", _PREPARE.replace("/etc/", f"{etc}/").replace("/sys/fs/cgroup/", f"{cgroup}/")],
+        [
+            "sh",
+            "-c",
+            _PREPARE.replace("/etc/", f"{etc}/")
+            .replace("/sys/fs/cgroup/", f"{cgroup}/")
+            .replace("/var/lib/dpkg/", f"{tmp_path}/var/lib/dpkg/"),
+        ],
         env={"PATH": f"{bin_dir}:/usr/bin:/bin", "LOG": str(tmp_path / "log"), **prepare_environment(version, gpu_mode, OWNER)},
         capture_output=True,
         text=True,
@@ -171,6 +201,42 @@ def test_a_conflict_fails_the_preparation_instead_of_removing_packages(tmp_path:
     assert "remove is disabled" in result.stderr
     assert (tmp_path / "state" / "containerd.io").read_text() == "install ok half-configured"
     assert calls(tmp_path, "apt-get removed") == []
+
+
+def test_package_lists_locked_by_another_apt_run_are_waited_for(tmp_path: Path) -> None:
+    # apt-daily or cloud-init refreshing the lists at boot: apt-get update does not wait for that lock.
+    result = run_prepare(tmp_path, None, lists_locked_for=3)
+    assert result.returncode == 0, result.stderr
+    assert len(calls(tmp_path, "apt-get -o DPkg::Lock::Timeout=600 update")) == 3 + 2  # both updates went through
+    assert "waiting for another apt or dpkg run to finish" in result.stderr
+
+
+def test_lists_locked_for_too_long_fail_the_preparation(tmp_path: Path) -> None:
+    result = run_prepare(tmp_path, None, lists_locked_for=999)
+    assert result.returncode != 0
+    assert len(calls(tmp_path, "apt-get -o DPkg::Lock::Timeout=600 update")) == 61  # 600 s, 10 s apart
+    assert "Could not get lock /var/lib/apt/lists/lock" in result.stderr
+    assert calls(tmp_path, "apt-get -o DPkg::Lock::Timeout=600 install") == []
+
+
+def test_an_update_that_fails_otherwise_stops_at_once(tmp_path: Path) -> None:
+    result = run_prepare(tmp_path, None, update_error="Failed to fetch http://deb.debian.org/debian/dists/bookworm/InRelease")
+    assert result.returncode != 0
+    assert len(calls(tmp_path, "apt-get -o DPkg::Lock::Timeout=600 update")) == 1
+    assert "Failed to fetch" in result.stderr
+
+
+def test_a_preparation_cut_short_inside_dpkg_is_finished_before_installing(tmp_path: Path) -> None:
+    # Without it apt refuses every install, on every later run, until someone runs dpkg by hand.
+    result = run_prepare(tmp_path, None, dpkg_interrupted=True)
+    assert result.returncode == 0, result.stderr
+    assert calls(tmp_path, "dpkg ") == ["dpkg --force-confdef --force-confold --configure -a"]
+    assert calls(tmp_path, "apt-get -o DPkg::Lock::Timeout=600 install")
+
+
+def test_a_clean_dpkg_is_left_alone(tmp_path: Path) -> None:
+    assert run_prepare(tmp_path, None).returncode == 0
+    assert calls(tmp_path, "dpkg ") == []
 
 
 def test_the_preparation_never_restarts_kubelet(tmp_path: Path) -> None:
