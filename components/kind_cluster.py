@@ -212,6 +212,8 @@ class KindCluster(pulumi.ComponentResource):
     """
 
     kubeconfig: pulumi.Output[str]
+    # The cluster itself: what the program puts in it goes with it on destroy (``deleted_with``).
+    cluster: command.local.Command
     node_subnets: pulumi.Output[str]
     network: pulumi.Output[str]
     provider: k8s.Provider
@@ -237,6 +239,7 @@ class KindCluster(pulumi.ComponentResource):
                 delete_before_replace=True,
             ),
         )
+        self.cluster = cluster
         self.kubeconfig = pulumi.Output.secret(cluster.stdout)
         inspect = command.local.Command(
             f"{name}-kind-network",

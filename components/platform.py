@@ -33,10 +33,13 @@ class Platform(pulumi.ComponentResource):
         super().__init__("gpu-tenancy:platform:Platform", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         worker_network: pulumi.Input[str] | None
+        # A cluster the program deletes takes the tenants' control planes in it along.
+        management_cluster: pulumi.Resource | None = None
         if config.management.mode == "kind":
             kind = KindCluster(f"{name}-management", config.management.name, config.management.node_image, child)
             self.management_kubeconfig = kind.kubeconfig
             provider = kind.provider
+            management_cluster = kind.cluster
             # The pool and VIPs depend on the kind network's subnet, which exists only after kind
             # has run; in a preview of an empty host they stay unknown.
             addresses = kind.node_subnets.apply(lambda subnets: _plan(config, subnets))
@@ -81,6 +84,7 @@ class Platform(pulumi.ComponentResource):
                 provider,
                 [management.kamaji, *management.load_balancer],
                 docker_host,
+                management_cluster,
                 child,
             )
             for tenant in config.tenants

@@ -38,6 +38,7 @@ class Tenant(pulumi.ComponentResource):
         management: k8s.Provider,
         control_plane_prerequisites: list[pulumi.Resource],
         docker_host: DockerHost | None,
+        management_cluster: pulumi.Resource | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("gpu-tenancy:tenant:Tenant", config.name, None, opts)
@@ -55,6 +56,7 @@ class Tenant(pulumi.ComponentResource):
             data_store_version=versions.kamaji_etcd,
             depends_on=control_plane_prerequisites,
             rootless=rootless,
+            management_cluster=management_cluster,
             opts=child,
         )
         machines = {worker.name: self._machine(config, worker, docker_host) for worker in config.workers}

@@ -214,6 +214,7 @@ class TenantControlPlane(pulumi.ComponentResource):
         data_store_version: str,
         depends_on: list[pulumi.Resource],
         rootless: pulumi.Input[bool] = False,
+        management_cluster: pulumi.Resource | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(
@@ -224,12 +225,17 @@ class TenantControlPlane(pulumi.ComponentResource):
         )
         self.namespace = tenant.name
         labels = {TENANT_LABEL: tenant.name}
+        # In a cluster that `pulumi destroy` deletes (kind), the namespace, the TCP and its own
+        # etcd go with it: nothing waits on Kamaji's finalizers or the etcd chart's teardown hook,
+        # and a cluster deleted by hand does not fail the destroy. Removing the tenant alone still
+        # deletes them.
+        in_management = pulumi.ResourceOptions(parent=self, deleted_with=management_cluster)
         namespace = k8s.core.v1.Namespace(
             f"{name}-namespace",
             metadata={"name": self.namespace, "labels": labels},
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=in_management,
         )
-        data_store, prerequisites = self._data_store(name, tenant, namespace, data_store_version, depends_on)
+        data_store, prerequisites = self._data_store(name, tenant, namespace, data_store_version, depends_on, in_management)
         tcp = _TenantControlPlaneResource(
             name,
             metadata={
@@ -241,10 +247,12 @@ class TenantControlPlane(pulumi.ComponentResource):
             spec=control_plane_spec(tenant, vip, konnectivity_version, nested_nodes, data_store, rootless),
             # Kamaji's CRD and webhooks come with its release; the LoadBalancer address with MetalLB's pool.
             # A new version is an update that waits until Kamaji reports it, image pulls included.
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                depends_on=[*depends_on, *prerequisites],
-                custom_timeouts=pulumi.CustomTimeouts(create="20m", update="20m"),
+            opts=pulumi.ResourceOptions.merge(
+                in_management,
+                pulumi.ResourceOptions(
+                    depends_on=[*depends_on, *prerequisites],
+                    custom_timeouts=pulumi.CustomTimeouts(create="20m", update="20m"),
+                ),
             ),
         )
         self.cluster = tcp
@@ -288,15 +296,19 @@ class TenantControlPlane(pulumi.ComponentResource):
         self.register_outputs({"kubeconfig": self.kubeconfig, "endpoint": self.endpoint})
 
     def _data_store(
-        self, name: str, tenant: Tenant, namespace: k8s.core.v1.Namespace, version: str, depends_on: list[pulumi.Resource]
+        self,
+        name: str,
+        tenant: Tenant,
+        namespace: k8s.core.v1.Namespace,
+        version: str,
+        depends_on: list[pulumi.Resource],
+        opts: pulumi.ResourceOptions,
     ) -> tuple[str, list[pulumi.Resource]]:
         """The DataStore the TCP names and what must exist first."""
         if tenant.data_store == "shared":
             return KAMAJI_DEFAULT_DATA_STORE, []
         if tenant.data_store == "dedicated":
             # The chart creates a Kamaji DataStore, whose CRD comes with Kamaji's release.
-            store = DedicatedDataStore(
-                name, tenant.name, namespace.metadata["name"], version, depends_on, pulumi.ResourceOptions(parent=self)
-            )
+            store = DedicatedDataStore(name, tenant.name, namespace.metadata["name"], version, depends_on, opts)
             return store.name, [store.release]
         return tenant.data_store, []

@@ -38,8 +38,9 @@ class DedicatedDataStore(pulumi.ComponentResource):
             namespace,
             # The DataStore is cluster-scoped; the chart names it and its Secrets after the release.
             {"fullnameOverride": self.name, "datastore": {"enabled": True, "name": self.name}},
-            # Children do not inherit a component's depends_on; the release itself waits.
-            pulumi.ResourceOptions(parent=self, depends_on=depends_on),
+            # Children do not inherit a component's depends_on: the release itself waits. It names
+            # the component's deleted_with (the kind cluster) itself too.
+            pulumi.ResourceOptions(parent=self, depends_on=depends_on, deleted_with=opts.deleted_with if opts else None),
             chart_name="kamaji-etcd",
         )
         self.register_outputs({"dataStore": self.name})

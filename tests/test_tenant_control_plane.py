@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from gpu_tenancy import kubeconfig
-from tests.conftest import K8S_PROVIDER, RELEASE, SECRET, TCP, dev_config, render_config
+from tests.conftest import K8S_PROVIDER, MGMT_KUBECONFIG, RELEASE, SECRET, TCP, dev_config, render_config
 from tools import harness
 
 NAMESPACE = "kubernetes:core/v1:Namespace"
@@ -236,3 +236,28 @@ def test_what_lives_in_the_tenant_goes_with_its_tcp(dev: harness.Render) -> None
         for command in dev.find("command:local:Command"):
             if command["name"].startswith(tenant):
                 assert "deletedWith" not in command.get("options", {}), command["name"]
+
+
+def test_a_tenants_control_plane_goes_with_the_kind_cluster_it_runs_in() -> None:
+    # Destroy skips deleting the namespace, the TCP and a dedicated etcd in a cluster it deletes
+    # anyway: no wait on Kamaji's finalizers or the etcd chart's teardown hook.
+    config = dev_config()
+    config["tenants"][1]["dataStore"] = "dedicated"
+    render = render_config(config)
+    cluster = render.one("command:local:Command", "gpu-tenancy-management-kind-cluster")["urn"]
+    for tenant in ("tenant-a", "tenant-b"):
+        assert render.one(TCP, tenant)["options"]["deletedWith"] == cluster
+        assert render.one("kubernetes:core/v1:Namespace", f"{tenant}-namespace")["options"]["deletedWith"] == cluster
+    assert render.one(RELEASE, "tenant-b-etcd")["options"]["deletedWith"] == cluster
+
+
+def test_in_an_existing_cluster_a_tenants_control_plane_is_deleted_with_it() -> None:
+    # The cluster stays: removing the tenant, or destroying the stack, must delete what it put there.
+    config = dev_config()
+    config["management"] = {"mode": "existing", "kubeconfig": MGMT_KUBECONFIG}
+    config["network"] = {"pool": "172.18.255.200-172.18.255.250", "workerNetwork": "kind"}
+    config["tenants"][1]["dataStore"] = "dedicated"
+    render = render_config(config)
+    for resource in (render.one(TCP, "tenant-b"), render.one("kubernetes:core/v1:Namespace", "tenant-b-namespace")):
+        assert "deletedWith" not in resource.get("options", {})
+    assert "deletedWith" not in render.one(RELEASE, "tenant-b-etcd").get("options", {})
