@@ -119,6 +119,22 @@ class ManagementCluster(pulumi.ComponentResource):
             )
             self.load_balancer = [address_pool, advertisement]
 
+        # Helm installs a chart's crds/ directory once and never upgrades it, and Kamaji's chart keeps
+        # its CRDs there while its controller follows `latest`: the CRDs would stay at the first
+        # install's. Kamaji's CRD-only chart renders the same CRDs as templates, which every upgrade
+        # applies (its defaults name this release's namespace, webhook Service and serving
+        # Certificate); take_ownership adopts the CRDs an earlier install made from crds/.
+        crds = chart(
+            f"{name}-kamaji-crds",
+            "kamaji-crds",
+            "kamaji",
+            versions.kamaji,
+            KAMAJI_NAMESPACE,
+            {},
+            # Beside cert-manager, not after it: its CA injector annotates the CRDs whenever it runs.
+            child,
+            take_ownership=True,
+        )
         # `resources: null` as in Kamaji's kind guide: the chart's default limits starve the
         # controller (clastix/kamaji#664). The chart's kamaji-etcd is the default DataStore.
         # Kamaji's telemetry, on by default, reports TCP counts and versions to its maintainers; a
@@ -130,7 +146,8 @@ class ManagementCluster(pulumi.ComponentResource):
             versions.kamaji,
             KAMAJI_NAMESPACE,
             {"telemetry": {"disabled": True}},
-            pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=before_kamaji)),
+            pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[*before_kamaji, crds])),
             unset=["resources"],
+            skip_crds=True,
         )
         self.register_outputs({})

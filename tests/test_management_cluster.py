@@ -84,6 +84,7 @@ def test_management_releases_are_pinned_upstream_charts(dev: harness.Render) -> 
     assert {name: (i["chart"], i["version"], i["repositoryOpts"]["repo"], i["namespace"]) for name, i in found.items()} == {
         "cert-manager": ("cert-manager", "v1.21.2", "https://charts.jetstack.io", "cert-manager"),
         "metallb": ("metallb", "0.16.1", "https://metallb.github.io/metallb", "metallb-system"),
+        "kamaji-crds": ("kamaji-crds", "0.0.0+latest", "https://clastix.github.io/charts", "kamaji-system"),
         "kamaji": ("kamaji", "0.0.0+latest", "https://clastix.github.io/charts", "kamaji-system"),
     }
     assert found["cert-manager"]["values"] == {"crds": {"enabled": True}}
@@ -93,6 +94,13 @@ def test_management_releases_are_pinned_upstream_charts(dev: harness.Render) -> 
     assert found["kamaji"]["valueYamlFiles"] == [{"text": "resources: null\n"}]
     assert "allowNullValues" not in found["kamaji"]
     assert found["kamaji"]["timeout"] == 900  # a first install pulls Kamaji and starts kamaji-etcd
+    # Helm never upgrades a chart's crds/: Kamaji's CRDs come from its CRD-only chart, as templates
+    # every upgrade applies (its defaults are this release's names), adopting those an earlier
+    # install made from crds/.
+    assert found["kamaji"]["skipCrds"] is True
+    assert found["kamaji-crds"]["values"] == {}
+    assert found["kamaji-crds"]["takeOwnership"] is True
+    assert "skipCrds" not in found["kamaji-crds"]
     # kind's one node is a control-plane node; MetalLB must announce the VIPs from it.
     assert found["metallb"]["values"] == {"speaker": {"ignoreExcludeLB": True}}
     for release in dev.find(RELEASE):
@@ -105,13 +113,14 @@ def test_versions_come_from_config() -> None:
     config = dev_config()
     config["versions"] = {"certManager": "v1.21.1", "metallb": "v0.16.0", "kamaji": "26.8.6-edge"}
     found = {name: r["inputs"]["version"] for name, r in releases(render_config(config)).items()}
-    assert found == {"cert-manager": "v1.21.1", "metallb": "0.16.0", "kamaji": "26.8.6-edge"}
+    assert found == {"cert-manager": "v1.21.1", "metallb": "0.16.0", "kamaji-crds": "26.8.6-edge", "kamaji": "26.8.6-edge"}
 
 
 def test_services_are_ordered_by_real_dependencies_only(dev: harness.Render) -> None:
     found = releases(dev)
     pool, l2 = dev.one(POOL), dev.one(L2)
     assert found["cert-manager"]["urn"] in found["kamaji"]["dependencies"]  # webhook and etcd certificates
+    assert found["kamaji-crds"]["urn"] in found["kamaji"]["dependencies"]  # the controller watches them
     assert not dev.waits_for(found["metallb"], found["cert-manager"])
     assert not dev.waits_for(found["cert-manager"], found["metallb"])
     assert not dev.waits_for(found["kamaji"], found["metallb"])
@@ -146,6 +155,7 @@ def test_kind_takes_the_management_services_along_on_destroy(dev: harness.Render
         "gpu-tenancy-management-cert-manager",
         "gpu-tenancy-management-metallb",
         "gpu-tenancy-management-kamaji",
+        "gpu-tenancy-management-kamaji-crds",
         "gpu-tenancy-management-address-pool",
         "gpu-tenancy-management-l2-advertisement",
     }

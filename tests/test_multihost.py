@@ -73,7 +73,7 @@ def test_existing_management_cluster_has_no_kind(prod: harness.Render) -> None:
     assert render_config(existing()).one(K8S_PROVIDER, "gpu-tenancy-management")["inputs"]["kubeconfig"] == "[secret]"
     assert render_config(existing()).outputs["managementKubeconfig"] == "[secret]"
     charts = {r["inputs"]["chart"]: r for r in prod.find(RELEASE) if r["name"].startswith("gpu-tenancy-management-")}
-    assert set(charts) == {"cert-manager", "metallb", "kamaji"}
+    assert set(charts) == {"cert-manager", "metallb", "kamaji-crds", "kamaji"}
     for release in charts.values():
         assert release["provider"] == provider["urn"]
     # The user's cluster outlives the stack: what the program installed there is uninstalled.
@@ -85,8 +85,10 @@ def test_existing_cluster_may_keep_its_own_cert_manager() -> None:
     config["management"]["installCertManager"] = False
     render = render_config(config)
     charts = {r["inputs"]["chart"] for r in render.find(RELEASE) if r["name"].startswith("gpu-tenancy-management-")}
-    assert charts == {"metallb", "kamaji"}
-    assert render.one(RELEASE, "gpu-tenancy-management-kamaji")["dependencies"] == []
+    assert charts == {"metallb", "kamaji-crds", "kamaji"}
+    assert render.one(RELEASE, "gpu-tenancy-management-kamaji")["dependencies"] == [
+        render.one(RELEASE, "gpu-tenancy-management-kamaji-crds")["urn"]
+    ]
 
 
 def test_installing_no_cert_manager_needs_an_existing_cluster() -> None:

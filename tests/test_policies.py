@@ -378,6 +378,7 @@ def same(_: dict) -> None:
 
 def pin_moving_versions(document: dict) -> None:
     record(document, RELEASE, "gpu-tenancy-management-kamaji")["inputs"].update(version="1.0.0")
+    record(document, RELEASE, "gpu-tenancy-management-kamaji-crds")["inputs"].update(version="1.0.0")
     for tenant in ("tenant-a", "tenant-b"):
         record(document, RELEASE, f"{tenant}-hami")["inputs"]["values"]["mockDevicePlugin"]["image"].update(
             tag=f"latest@{DIGEST}"
@@ -878,13 +879,14 @@ CASES = [
     ),
     # pinned-versions-exceptions (advisory)
     # dev: Kamaji's chart and each tenant's mock device plugin tag.
-    Case("kamaji-moving-chart", "pinned-versions-exceptions", same, "Helm chart kamaji 0.0.0+latest", findings=3),
+    Case("kamaji-moving-chart", "pinned-versions-exceptions", same, "Helm chart kamaji 0.0.0+latest", findings=4),
+    Case("kamaji-crds-moving-chart", "pinned-versions-exceptions", same, "Helm chart kamaji-crds 0.0.0+latest", findings=4),
     Case(
         "mock-device-plugin-latest",
         "pinned-versions-exceptions",
         same,
         "Helm chart hami: values.mockDevicePlugin.image.tag is the moving image tag 'latest'",
-        findings=3,
+        findings=4,
     ),
     Case("everything-pinned", "pinned-versions-exceptions", pin_moving_versions, None),
     Case(

@@ -223,7 +223,7 @@ def test_every_helm_release_waits_long_enough_for_a_first_install(dev: harness.R
     # Helm's default 300 s: cert-manager and MetalLB pull their images together right after kind
     # create, and a laptop's network can take longer.
     releases = dev.find("kubernetes:helm.sh/v3:Release")
-    assert len(releases) == 9  # cert-manager, MetalLB, Kamaji; per tenant two Calico charts and HAMi
+    assert len(releases) == 10  # cert-manager, MetalLB, Kamaji and its CRDs; per tenant two Calico charts and HAMi
     assert all(release["inputs"]["timeout"] == 900 for release in releases), [r["name"] for r in releases]
 
 

@@ -28,6 +28,10 @@ ACKNOWLEDGED_MOVING_CHARTS: Final = {
         "stable releases; edge releases are images and Git tags, not charts); it follows Kamaji's main branch, so "
         "two installs may run different Kamaji builds. Pinning needs a chart mirrored at a fixed build"
     ),
+    ("kamaji-crds", "0.0.0+latest"): (
+        "Kamaji's CRD-only chart is published only as 0.0.0+latest, like Kamaji's own chart; it follows Kamaji's "
+        "main branch with it"
+    ),
 }
 
 # (chart, values path, value) image tags that move but have no pinned alternative yet, with why.
