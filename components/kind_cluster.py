@@ -116,6 +116,13 @@ _CREATE = (
   fi
   echo "kind cluster $KIND_CLUSTER already exists and belongs to this stack; adopting it" >&2
 else
+  # An update of this stack's own command whose cluster is gone (deleted by hand): a new cluster
+  # under the same command would keep its providers, and nothing would reinstall what ran on it.
+  if [ -n "${{PULUMI_COMMAND_STDOUT:-}}" ]; then
+    echo "error: kind cluster $KIND_CLUSTER, which this stack created, is gone; make it and everything in it anew" \\
+      "with pulumi up --replace <urn of $KIND_CLUSTER's *-kind-cluster command> (pulumi stack --show-urns lists it)" >&2
+    exit 1
+  fi
   kind create cluster --name "$KIND_CLUSTER" --config - --kubeconfig "$scratch/kubeconfig" --wait 5m >&2
   {_MARK}
 fi

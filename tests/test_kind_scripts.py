@@ -130,6 +130,16 @@ def test_a_new_node_image_is_refused_rather_than_a_new_cluster(tmp_path: Path, p
     assert result.stdout == ""  # no kubeconfig: the command fails and the state keeps the old one
 
 
+def test_an_update_whose_cluster_is_gone_is_refused_rather_than_an_empty_cluster(tmp_path: Path) -> None:
+    # Its providers would stay (same command id) and nothing would reinstall Kamaji or the tenants.
+    result, log = run(kind_cluster._CREATE, tmp_path, exists=False, owner=None, previous_stdout=KUBECONFIG)
+    assert result.returncode == 1
+    assert "kind cluster kamaji, which this stack created, is gone" in result.stderr
+    assert "pulumi up --replace" in result.stderr
+    assert not [line for line in log if line.startswith("kind create")]
+    assert result.stdout == ""
+
+
 @pytest.mark.parametrize("owner", [None, "0a0b0c0d-1111-4111-8111-000000000000"])
 def test_a_cluster_of_someone_else_or_of_an_unfinished_create_is_refused(tmp_path: Path, owner: str | None) -> None:
     result, log = run(kind_cluster._CREATE, tmp_path, exists=True, owner=owner)
