@@ -112,8 +112,9 @@ class Hami(pulumi.ComponentResource):
                     f"{name}-quota-namespace",
                     metadata={"name": quota.namespace},
                     # The team's GPU pods run there (the quota bounds nothing else): a quota moved to
-                    # another namespace or lifted, or a tenant whose last worker left, must not delete
-                    # them with it. With the tenant the namespace goes anyway: its cluster does.
+                    # another namespace or lifted must not delete them with it. With the tenant the
+                    # namespace goes anyway: its cluster does. (A quota put back into it must adopt
+                    # it first, README: pulumi-kubernetes refuses to create what exists.)
                     opts=pulumi.ResourceOptions.merge(
                         namespace_opts,
                         pulumi.ResourceOptions(aliases=[pulumi.Alias(name=f"{name}-{quota.namespace}")], retain_on_delete=True),

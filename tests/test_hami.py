@@ -81,5 +81,5 @@ def test_quota_in_its_own_namespace() -> None:
     # Stacks made before the rename keep their namespace: its old Pulumi name is an alias.
     assert namespace["options"]["aliases"] == ["tenant-b-ml"]
     assert namespace["urn"] in quota["dependencies"]
-    # A namespace the quota leaves (renamed, quota lifted, last worker gone) keeps the pods in it.
+    # A namespace the quota leaves (renamed, quota lifted) keeps the pods in it.
     assert namespace["options"]["retainOnDelete"] is True
