@@ -47,7 +47,8 @@ def read_stack_config() -> StackConfig:
 
 def _stack_file_values() -> dict[str, Any] | None:
     """This stack's ``Pulumi.<stack>.yaml`` as written (encrypted values as placeholders), by
-    ``gpu-tenancy`` key: the config tells only which top-level keys hold a secret somewhere."""
+    ``gpu-tenancy`` key: the config tells only which top-level keys hold a secret somewhere. A
+    ``pulumi up --config-file`` elsewhere goes unread here: then only whole keys are judged."""
     path = stack_file(pulumi.get_stack())
     if not is_file(path):
         return None

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 import yaml
 
-from components import stack_config
 from components.ssh_worker_machine import _PREPARE, OWNER_FILE, owner, prepare_environment
 from gpu_tenancy import kubeadm
 from tests.conftest import MGMT_KUBECONFIG, SSH_KEY, TCP, render_config
@@ -594,9 +593,7 @@ def test_secrets_kept_in_plain_text_in_the_stack_file_are_warned_about(
         ]
 
 
-def test_a_plain_key_beside_an_encrypted_one_is_warned_about(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_a_plain_key_beside_an_encrypted_one_is_warned_about(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     # One `secure:` value under `tenants` makes Pulumi mark the whole key secret: only the stack
     # file itself tells that the second host's key sits there in plain text.
     config = ssh_stack("v1.36.4")
@@ -606,7 +603,6 @@ def test_a_plain_key_beside_an_encrypted_one_is_warned_about(
     workers.append({"name": "gpu-host-2", "ssh": {"host": "10.0.0.12", "user": "ubuntu", "privateKey": SSH_KEY}})
     path = tmp_path / "Pulumi.mixed.yaml"
     path.write_text(yaml.safe_dump({"config": {f"gpu-tenancy:{key}": value for key, value in config.items()}}))
-    monkeypatch.setattr(stack_config, "stack_file", lambda _stack: path)
     with caplog.at_level("WARNING"):
         render = harness.render_file(path)
     assert render.one(TCP, "prod-a")

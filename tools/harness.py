@@ -442,7 +442,10 @@ def render_stack(stack: str = "dev", **kwargs: Any) -> Render:
 def render_file(path: Path, **kwargs: Any) -> Render:
     config, secret_keys = load_stack_file(path)
     stack = path.name.removeprefix("Pulumi.").removesuffix(".yaml") or "dev"
-    return render(config, stack=stack, secret_keys=secret_keys, **kwargs)
+    # The program reads its stack file for the plain-text secret warning; here that is ``path``,
+    # wherever it lies, as the CLI's --config-file would make it.
+    with mock.patch("components.stack_config.stack_file", lambda _stack: path):
+        return render(config, stack=stack, secret_keys=secret_keys, **kwargs)
 
 
 class _InlineLoop(asyncio.SelectorEventLoop):
