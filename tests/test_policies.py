@@ -224,6 +224,22 @@ def extra_container(document: dict, name: str, **inputs: Any) -> None:
     document["resources"].append(container)
 
 
+def bind_volume(document: dict, name: str, device: str, o: str = "bind") -> None:
+    """A docker Volume the local driver binds to ``device`` on the host, beside the containers."""
+    template = record(document, CONTAINER, "tenant-a-worker-0")
+    urn = f"{template['urn'].rsplit('$', 1)[0]}$docker:index/volume:Volume::{name}"
+    document["resources"].append(
+        {
+            **{key: value for key, value in template.items() if key not in ("inputs", "options")},
+            "urn": urn,
+            "type": "docker:index/volume:Volume",
+            "name": name,
+            "dependencies": [],
+            "inputs": {"name": name, "driver": "local", "driverOpts": {"type": "none", "o": o, "device": device}},
+        }
+    )
+
+
 def tcp_metadata_unknown(document: dict, tenant: str) -> None:
     record(document, TCP, tenant)["inputs"]["metadata"] = harness.UNKNOWN
 
@@ -1017,6 +1033,34 @@ CASES = [
         ),
         "container helper mounts /var/run/docker.sock/., the container engine's socket",
         findings=2,  # and a host path of /var/run: as good as privileged
+    ),
+    Case(
+        # A named Volume of the stack that the local driver binds, mounted by its name.
+        "socket-directory-through-a-named-volume",
+        "privileged-containers-are-nodes",
+        lambda d: (
+            bind_volume(d, "engine", "/var/run"),
+            extra_container(
+                d,
+                "helper",
+                privileged=False,
+                image="alpine:3.20",
+                mounts=[{"type": "volume", "source": "engine", "target": "/s"}],
+            ),
+        ),
+        "container helper mounts /var/run, a directory of engine sockets",
+        findings=2,
+    ),
+    Case(
+        "rbind-volume-in-the-volumes-list",
+        "privileged-containers-are-nodes",
+        lambda d: (
+            bind_volume(d, "etc", "/etc", o="rbind,ro"),
+            extra_container(
+                d, "helper", privileged=False, image="alpine:3.20", volumes=[{"volumeName": "etc", "containerPath": "/e"}]
+            ),
+        ),
+        "container helper runs with host path /etc, as good as privileged",
     ),
     # hami-on-tenants-only
     Case("dev", "hami-on-tenants-only", same, None),

@@ -66,13 +66,38 @@ _SOCKET_PATHS = (
 )
 
 
-def _host_paths(container: ResourceView) -> list[tuple[str, bool]]:
+def _bound_device(driver_options: object) -> str | None:
+    """The host path the local volume driver binds (``o: bind`` or ``rbind``, ``device``), if it does."""
+    if not isinstance(driver_options, dict):
+        return None
+    device = driver_options.get("device")
+    binds = {"bind", "rbind"} & {option.strip() for option in str(driver_options.get("o", "")).split(",")}
+    return device if binds and isinstance(device, str) and device else None
+
+
+def named_volume_binds(stack: StackView) -> dict[str, str]:
+    """The stack's docker Volumes that bind a host path, by volume name."""
+    found = {}
+    for volume in stack.of_type(kinds.VOLUME):
+        device = _bound_device(volume.get("driverOpts"))
+        name = volume.get("name") or volume.name
+        if device is not None and isinstance(name, str):
+            found[name] = device
+    return found
+
+
+def _host_paths(container: ResourceView, named: dict[str, str] | None = None) -> list[tuple[str, bool]]:
     """(host path, read-only) of each bind into the container: ``volumes`` with a host path,
-    ``mounts`` of type bind, and ``mounts`` of type volume that the local driver binds to a host
-    path (``driverOptions`` ``o: bind``, ``device``), which is the same bind under another name."""
+    ``mounts`` of type bind, and volumes the local driver binds to a host path (``o: bind`` or
+    ``rbind``, ``device``), given inline or as a Volume of the stack (``named``): the same bind
+    under another name."""
+    named = named or {}
     found = []
     for volume in container.get("volumes", default=[]) or []:
-        path = volume.get("hostPath") if isinstance(volume, dict) else None
+        if not isinstance(volume, dict):
+            continue
+        volume_name = volume.get("volumeName")
+        path = volume.get("hostPath") or (named.get(volume_name) if isinstance(volume_name, str) else None)
         if isinstance(path, str) and path:
             found.append((path, volume.get("readOnly") is True))
     for mount in container.get("mounts", default=[]) or []:
@@ -81,11 +106,12 @@ def _host_paths(container: ResourceView) -> list[tuple[str, bool]]:
         read_only = mount.get("readOnly") is True
         if mount.get("type") == "bind" and isinstance(mount.get("source"), str):
             found.append((mount["source"], read_only))
-        options = mount.get("volumeOptions") if mount.get("type") == "volume" else None
-        driver = options.get("driverOptions") if isinstance(options, dict) else None
-        if isinstance(driver, dict) and "bind" in str(driver.get("o", "")).split(","):
-            device = driver.get("device")
-            if isinstance(device, str) and device:
+        if mount.get("type") == "volume":
+            options = mount.get("volumeOptions")
+            device = _bound_device(options.get("driverOptions") if isinstance(options, dict) else None)
+            source = mount.get("source")
+            device = device or (named.get(source) if isinstance(source, str) else None)
+            if device is not None:
                 found.append((device, read_only))
     return found
 
@@ -105,7 +131,7 @@ def _within(path: str, directory: str) -> bool:
     return path == directory or path.startswith(f"{directory.rstrip('/')}/")
 
 
-def _root_equivalents(container: ResourceView) -> list[str]:
+def _root_equivalents(container: ResourceView, named: dict[str, str]) -> list[str]:
     """What, besides ``privileged``, makes the container root on the host."""
     found = [f"{key} host" for key in ("pidMode", "ipcMode", "networkMode") if container.get(key) == "host"]
     adds = container.get("capabilities", "adds", default=[])
@@ -117,7 +143,7 @@ def _root_equivalents(container: ResourceView) -> list[str]:
         path = device.get("hostPath") if isinstance(device, dict) else None
         if isinstance(path, str):
             found.append(f"device {path}")
-    for given, read_only in _host_paths(container):
+    for given, read_only in _host_paths(container, named):
         path = _normal(given)
         protected = (*_HOST_PATHS, *(() if read_only else _PROGRAM_PATHS))
         if any(_within(path, directory) or _within(directory, path) for directory in protected):
@@ -127,9 +153,10 @@ def _root_equivalents(container: ResourceView) -> list[str]:
 
 def check(stack: StackView, node_repositories: Iterable[str]) -> Iterator[Finding]:
     allowed = {repository(item) for item in node_repositories}
+    named = named_volume_binds(stack)
     for container in stack.of_type(kinds.CONTAINER):
         name = container.get("name") or container.name
-        for path, _ in _host_paths(container):
+        for path, _ in _host_paths(container, named):
             if _hands_over_a_socket(path):
                 what = "the container engine's socket" if _normal(path).endswith(_SOCKETS) else "a directory of engine sockets"
                 yield Finding(
@@ -138,7 +165,7 @@ def check(stack: StackView, node_repositories: Iterable[str]) -> Iterator[Findin
                     container.urn,
                 )
         if container.get("privileged") is not True:
-            reasons = _root_equivalents(container)
+            reasons = _root_equivalents(container, named)
             names = _image_names(stack, container)
             if reasons and not (names and all(_is_node_image(image, allowed) for image in names)):
                 yield Finding(

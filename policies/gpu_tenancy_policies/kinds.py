@@ -28,6 +28,7 @@ REMOTE_COMMAND: Final = "command:remote:Command"
 COMMAND_TYPES: Final = frozenset({LOCAL_COMMAND, REMOTE_COMMAND})
 CONTAINER: Final = "docker:index/container:Container"
 REMOTE_IMAGE: Final = "docker:index/remoteImage:RemoteImage"
+VOLUME: Final = "docker:index/volume:Volume"
 
 # Labels and environment keys the program writes for the rules to read (one definition, shared).
 TENANT_LABEL: Final = conventions.TENANT_LABEL
