@@ -6,6 +6,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from gpu_tenancy.config import Versions
+from gpu_tenancy.versions import KAMAJI_MOVING_CHART
 
 from .helm import chart
 
@@ -124,16 +125,24 @@ class ManagementCluster(pulumi.ComponentResource):
         # install's. Kamaji's CRD-only chart renders the same CRDs as templates, which every upgrade
         # applies (its defaults name this release's namespace, webhook Service and serving
         # Certificate); take_ownership adopts the CRDs an earlier install made from crds/.
-        crds = chart(
-            f"{name}-kamaji-crds",
-            "kamaji-crds",
-            "kamaji",
-            versions.kamaji,
-            KAMAJI_NAMESPACE,
-            {},
-            # Beside cert-manager, not after it: its CA injector annotates the CRDs whenever it runs.
-            child,
-            take_ownership=True,
+        # The CRD-only chart is published as 0.0.0+latest only: an old numbered Kamaji chart, which a
+        # stack may pin, installs its CRDs from crds/ as before.
+        crds = (
+            [
+                chart(
+                    f"{name}-kamaji-crds",
+                    "kamaji-crds",
+                    "kamaji",
+                    versions.kamaji,
+                    KAMAJI_NAMESPACE,
+                    {},
+                    # Beside cert-manager, not after it: its CA injector annotates the CRDs whenever it runs.
+                    child,
+                    take_ownership=True,
+                )
+            ]
+            if versions.kamaji == KAMAJI_MOVING_CHART
+            else []
         )
         # `resources: null` as in Kamaji's kind guide: the chart's default limits starve the
         # controller (clastix/kamaji#664). The chart's kamaji-etcd is the default DataStore.
@@ -146,8 +155,8 @@ class ManagementCluster(pulumi.ComponentResource):
             versions.kamaji,
             KAMAJI_NAMESPACE,
             {"telemetry": {"disabled": True}},
-            pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[*before_kamaji, crds])),
+            pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[*before_kamaji, *crds])),
             unset=["resources"],
-            skip_crds=True,
+            **({"skip_crds": True} if crds else {}),
         )
         self.register_outputs({})

@@ -70,11 +70,13 @@ def node_image(kubernetes_version: str) -> str:
     return f"{NODE_IMAGE_REPOSITORY}:{kubernetes_version}"
 
 
+# Kamaji's repository publishes its current chart, and its CRD-only chart, only as this moving version.
+KAMAJI_MOVING_CHART: Final = "0.0.0+latest"
 # Helm charts: defaults of ``gpu-tenancy:versions``.
 DEFAULT_CHART_VERSIONS: Final = {
     "certManager": "v1.21.2",
     "metallb": "v0.16.1",
-    "kamaji": "0.0.0+latest",
+    "kamaji": KAMAJI_MOVING_CHART,
     "kamajiEtcd": "0.17.0",
     "hami": "2.10.0",
     "calico": "v3.32.2",

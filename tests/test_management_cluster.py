@@ -113,7 +113,16 @@ def test_versions_come_from_config() -> None:
     config = dev_config()
     config["versions"] = {"certManager": "v1.21.1", "metallb": "v0.16.0", "kamaji": "26.8.6-edge"}
     found = {name: r["inputs"]["version"] for name, r in releases(render_config(config)).items()}
-    assert found == {"cert-manager": "v1.21.1", "metallb": "0.16.0", "kamaji-crds": "26.8.6-edge", "kamaji": "26.8.6-edge"}
+    assert found == {"cert-manager": "v1.21.1", "metallb": "0.16.0", "kamaji": "26.8.6-edge"}
+
+
+def test_a_numbered_kamaji_chart_keeps_its_crds_from_the_chart() -> None:
+    # The CRD-only chart is published as 0.0.0+latest only: a pinned old chart brings its own.
+    config = dev_config()
+    config["versions"] = {"kamaji": "0.4.2"}
+    found = releases(render_config(config))
+    assert "kamaji-crds" not in found
+    assert "skipCrds" not in found["kamaji"]["inputs"] and found["kamaji"]["dependencies"] == [found["cert-manager"]["urn"]]
 
 
 def test_services_are_ordered_by_real_dependencies_only(dev: harness.Render) -> None:
