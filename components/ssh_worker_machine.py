@@ -50,17 +50,18 @@ printf '%s\\n' "${conventions.ENV_OWNER}" > {OWNER_FILE}
     + """export DEBIAN_FRONTEND=noninteractive
 # A freshly booted host is often busy with unattended-upgrades: wait for its dpkg lock instead of failing.
 apt_get() { apt-get -o DPkg::Lock::Timeout=600 "$@"; }
-# apt-get update and dpkg --configure do not wait for the locks another apt run holds (the timeout
-# above covers only dpkg's frontend lock; apt-daily and cloud-init refresh the lists at boot):
-# they are retried for as long, 10 s apart. Any other failure stops the preparation at once.
+# apt takes the package lists' and archives' locks without waiting (the timeout above covers only
+# dpkg's frontend lock; apt-daily and cloud-init refresh the lists at boot), nor does dpkg itself:
+# apt-get and dpkg runs are retried for as long, 10 s apart. Any other failure stops at once.
 waiting_for_locks() {
   waited=0
   until out="$("$@" 2>&1)"; do
+    status=$?
     case "$out" in
       *"Could not get lock"* | *"locked by another process"*) ;;
-      *) printf '%s\n' "$out" >&2; return 1 ;;
+      *) printf '%s\n' "$out" >&2; return "$status" ;;
     esac
-    [ "$waited" -lt 600 ] || { printf '%s\n' "$out" >&2; return 1; }
+    [ "$waited" -lt 600 ] || { printf '%s\n' "$out" >&2; return "$status"; }
     echo "waiting for another apt or dpkg run to finish: $*" >&2
     sleep 10; waited=$((waited + 10))
   done
@@ -100,7 +101,7 @@ if [ -n "$(ls -A /var/lib/dpkg/updates 2>/dev/null)" ]; then
 fi
 waiting_for_locks apt_get update -q
 # --no-remove: a conflict with what the host already runs fails here instead of removing it.
-apt_get install -y -q --no-install-recommends --no-remove "$@"
+waiting_for_locks apt_get install -y -q --no-install-recommends --no-remove "$@"
 # containerd.io's own config.toml disables the CRI plugin kubelet talks to: it is replaced too.
 if ! grep -q 'SystemdCgroup = true' /etc/containerd/config.toml 2>/dev/null ||
   grep -Eq '^[[:space:]]*disabled_plugins[[:space:]]*=.*cri' /etc/containerd/config.toml; then
@@ -157,7 +158,7 @@ waiting_for_locks apt_get update -q
 package_version="$(apt-cache madison kubeadm | awk -v v="${KUBERNETES_VERSION#v}-" 'index($3, v) == 1 { print $3; exit }')"
 [ -n "$package_version" ] || { echo "kubeadm $KUBERNETES_VERSION is not in $repository" >&2; exit 1; }
 apt-mark unhold kubelet kubeadm kubectl >/dev/null 2>&1 || true
-apt_get install -y -q --no-remove --allow-downgrades \\
+waiting_for_locks apt_get install -y -q --no-remove --allow-downgrades \\
   kubelet="$package_version" kubeadm="$package_version" kubectl="$package_version"
 apt-mark hold kubelet kubeadm kubectl
 systemctl enable kubelet

@@ -51,6 +51,7 @@ def run_prepare(
     cgroup_v2: bool = True,
     owner_on_host: str | None = None,
     lists_locked_for: int = 0,
+    archives_locked_for: int = 0,
     update_error: str | None = None,
     dpkg_interrupted: bool = False,
 ) -> subprocess.CompletedProcess[str]:
@@ -100,6 +101,10 @@ def run_prepare(
   {f"echo 'E: {update_error}' >&2; exit 100" if update_error else ":"} ;;
 esac
 case " $* " in *" install "*)
+  n=$(cat "{state}/installs" 2>/dev/null || echo 0); echo $((n + 1)) > "{state}/installs"
+  if [ "$n" -lt {archives_locked_for} ]; then
+    echo "E: Could not get lock /var/cache/apt/archives/lock. It is held by process 812 (apt-get)" >&2; exit 100
+  fi
   if [ -n "$(ls -A "{journal}")" ]; then
     echo "E: dpkg was interrupted, you must manually run 'dpkg --configure -a' to correct the problem." >&2; exit 100
   fi ;;
@@ -218,9 +223,15 @@ def test_lists_locked_for_too_long_fail_the_preparation(tmp_path: Path) -> None:
     assert calls(tmp_path, "apt-get -o DPkg::Lock::Timeout=600 install") == []
 
 
+def test_the_archives_lock_of_another_apt_run_is_waited_for_too(tmp_path: Path) -> None:
+    result = run_prepare(tmp_path, None, archives_locked_for=2)
+    assert result.returncode == 0, result.stderr
+    assert len(calls(tmp_path, "apt-get -o DPkg::Lock::Timeout=600 install")) == 2 + 2  # both installs went through
+
+
 def test_an_update_that_fails_otherwise_stops_at_once(tmp_path: Path) -> None:
     result = run_prepare(tmp_path, None, update_error="Failed to fetch http://deb.debian.org/debian/dists/bookworm/InRelease")
-    assert result.returncode != 0
+    assert result.returncode == 100  # apt-get's own status
     assert len(calls(tmp_path, "apt-get -o DPkg::Lock::Timeout=600 update")) == 1
     assert "Failed to fetch" in result.stderr
 
