@@ -75,7 +75,7 @@ def _bound_device(driver_options: object) -> str | None:
     return device if binds and isinstance(device, str) and device else None
 
 
-def named_volume_binds(stack: StackView) -> dict[str, str]:
+def _named_volume_binds(stack: StackView) -> dict[str, str]:
     """The stack's docker Volumes that bind a host path, by volume name."""
     found = {}
     for volume in stack.of_type(kinds.VOLUME):
@@ -153,7 +153,7 @@ def _root_equivalents(container: ResourceView, named: dict[str, str]) -> list[st
 
 def check(stack: StackView, node_repositories: Iterable[str]) -> Iterator[Finding]:
     allowed = {repository(item) for item in node_repositories}
-    named = named_volume_binds(stack)
+    named = _named_volume_binds(stack)
     for container in stack.of_type(kinds.CONTAINER):
         name = container.get("name") or container.name
         for path, _ in _host_paths(container, named):
