@@ -224,6 +224,13 @@ def extra_container(document: dict, name: str, **inputs: Any) -> None:
     document["resources"].append(container)
 
 
+def worker_volume(document: dict, host_path: str, container_path: str) -> None:
+    """One more host path bound into tenant-a-worker-0."""
+    record(document, CONTAINER, "tenant-a-worker-0")["inputs"]["volumes"].append(
+        {"hostPath": host_path, "containerPath": container_path}
+    )
+
+
 def bind_volume(document: dict, name: str, device: str, o: str = "bind") -> None:
     """A docker Volume the local driver binds to ``device`` on the host, beside the containers."""
     template = record(document, CONTAINER, "tenant-a-worker-0")
@@ -1001,18 +1008,14 @@ CASES = [
     Case(
         "worker-with-the-docker-socket",
         "privileged-containers-are-nodes",
-        lambda d: record(d, CONTAINER, "tenant-a-worker-0")["inputs"]["volumes"].append(
-            {"hostPath": "/var/run/docker.sock", "containerPath": "/var/run/docker.sock"}
-        ),
+        lambda d: worker_volume(d, "/var/run/docker.sock", "/var/run/docker.sock"),
         "container tenant-a-worker-0 mounts /var/run/docker.sock, the container engine's socket",
     ),
     Case(
         # The directory holds the socket just the same.
         "worker-with-the-run-directory",
         "privileged-containers-are-nodes",
-        lambda d: record(d, CONTAINER, "tenant-a-worker-0")["inputs"]["volumes"].append(
-            {"hostPath": "/run/containerd/", "containerPath": "/host-run"}
-        ),
+        lambda d: worker_volume(d, "/run/containerd/", "/host-run"),
         "container tenant-a-worker-0 mounts /run/containerd/, a directory of engine sockets",
     ),
     Case(
