@@ -37,6 +37,8 @@ clusters="$(kind get clusters)"
 node="$KIND_CLUSTER-control-plane"
 """
 _EXISTS = 'printf \'%s\\n\' "$clusters" | grep -qx "$KIND_CLUSTER"'
+# How a cluster is made anew on purpose, named where the create script refuses to do it itself.
+_REPLACE = "pulumi up --replace <urn of $KIND_CLUSTER's *-kind-cluster command> (pulumi stack --show-urns lists it)"
 # The CA line of a kubeconfig: a cluster's identity, new with every `kind create`.
 _CA = "grep certificate-authority-data"
 
@@ -110,8 +112,7 @@ _CREATE = (
   if [ "$running" != "$KIND_NODE_IMAGE" ]; then
     echo "error: kind cluster $KIND_CLUSTER runs $running and this stack asks for $KIND_NODE_IMAGE; kind cannot" \\
       "change a node's image, and a new cluster loses every tenant's control plane and data. Keep this one with" \\
-      "gpu-tenancy:management.nodeImage: $running, or replace it on purpose: pulumi up --replace <urn of" \\
-      "$KIND_CLUSTER's *-kind-cluster command> (pulumi stack --show-urns lists it)" >&2
+      "gpu-tenancy:management.nodeImage: $running, or replace it on purpose: {_REPLACE}" >&2
     exit 1
   fi
   echo "kind cluster $KIND_CLUSTER already exists and belongs to this stack; adopting it" >&2
@@ -120,7 +121,7 @@ else
   # under the same command would keep its providers, and nothing would reinstall what ran on it.
   if [ -n "${{PULUMI_COMMAND_STDOUT:-}}" ]; then
     echo "error: kind cluster $KIND_CLUSTER, which this stack created, is gone; make it and everything in it anew" \\
-      "with pulumi up --replace <urn of $KIND_CLUSTER's *-kind-cluster command> (pulumi stack --show-urns lists it)" >&2
+      "with {_REPLACE}" >&2
     exit 1
   fi
   kind create cluster --name "$KIND_CLUSTER" --config - --kubeconfig "$scratch/kubeconfig" --wait 5m >&2
